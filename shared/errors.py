@@ -1,0 +1,115 @@
+"""The one exception tree of swapfarm. Every error has a stable ``code`` that clients may rely on.
+
+    SwapfarmError                     base; ``code``, ``http_status``, human ``message``
+    ├── InputError (422)              the submitted input cannot be processed; never retried
+    │   ├── NotAVideoError            media_not_video: no decodable video stream
+    │   ├── UnreadableMediaError      media_unreadable: ffprobe cannot read the file
+    │   ├── InvalidOptionsError       options_invalid: options JSON fails validation
+    │   ├── SourceImageError          source_invalid: a source is not a readable image
+    │   ├── NoFaceInSourceError       source_no_face: no face found in a source image
+    │   └── TooLargeError (413)       upload_too_large: over a size limit
+    ├── NotFoundError (404)           not_found: no such job, or not yours
+    ├── ConflictError (409)           conflict: the request conflicts with the job's state
+    ├── PermanentError (500)          a failure that retrying will not fix
+    │   ├── ProcessorError            processor_failed: a processor raised on the frames
+    │   ├── ModelError                model_unavailable / model_hash_mismatch: a model file is missing or wrong
+    │   └── FfmpegError               ffmpeg_failed: ffmpeg exited non-zero (stderr kept)
+    └── RetryableError (503)          a transient failure; tasks retry it with back-off
+        ├── ServiceUnavailableError   service_unavailable: database or broker unreachable
+        └── LeaseLostError            lease_lost: another worker took the chunk over
+
+``RetryableError`` vs ``PermanentError`` drives the tasks' retry policy; the API maps the base class to an HTTP
+status and a JSON body ``{"error": {"code", "message"}}`` in one handler.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class SwapfarmError(Exception):
+    code: ClassVar[str] = "internal_error"
+    http_status: ClassVar[int] = 500
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code  # type: ignore[misc]  # an instance may narrow its class's code
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.message}"
+
+
+class InputError(SwapfarmError):
+    code = "input_invalid"
+    http_status = 422
+
+
+class NotAVideoError(InputError):
+    code = "media_not_video"
+
+
+class UnreadableMediaError(InputError):
+    code = "media_unreadable"
+
+
+class InvalidOptionsError(InputError):
+    code = "options_invalid"
+
+
+class SourceImageError(InputError):
+    code = "source_invalid"
+
+
+class NoFaceInSourceError(InputError):
+    code = "source_no_face"
+
+
+class TooLargeError(InputError):
+    code = "upload_too_large"
+    http_status = 413
+
+
+class NotFoundError(SwapfarmError):
+    code = "not_found"
+    http_status = 404
+
+
+class ConflictError(SwapfarmError):
+    code = "conflict"
+    http_status = 409
+
+
+class PermanentError(SwapfarmError):
+    code = "permanent_error"
+
+
+class ProcessorError(PermanentError):
+    code = "processor_failed"
+
+
+class ModelError(PermanentError):
+    code = "model_unavailable"
+
+
+class FfmpegError(PermanentError):
+    code = "ffmpeg_failed"
+
+    def __init__(self, message: str, *, stderr: str = "", code: str | None = None) -> None:
+        tail = stderr.strip().splitlines()[-8:]
+        super().__init__(message + (": " + " | ".join(tail) if tail else ""), code=code)
+        self.stderr = stderr
+
+
+class RetryableError(SwapfarmError):
+    code = "retryable_error"
+    http_status = 503
+
+
+class ServiceUnavailableError(RetryableError):
+    code = "service_unavailable"
+
+
+class LeaseLostError(RetryableError):
+    code = "lease_lost"

@@ -1,0 +1,104 @@
+"""Job options: every set of choices is defined here once and derived everywhere else.
+
+The API validates a submitted ``options`` JSON against :class:`JobOptions`, the CLI builds its ``--choice`` lists
+from the same ``Literal`` types (``choices(Detector)``), and workers re-validate the stored JSON before use.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, get_args
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+ProcessorName = Literal["passthrough", "face_swapper", "face_enhancer", "face_blur", "face_debugger"]
+Detector = Literal["yunet", "scrfd", "retinaface", "yolo_face"]
+Swapper = Literal["inswapper_128", "inswapper_128_fp16", "hyperswap_1a_256", "simswap_256"]
+Enhancer = Literal["gfpgan_1.4", "gpen_bfr_512", "codeformer"]
+SelectorMode = Literal["all", "largest", "one", "reference"]
+QualityPreset = Literal["fast", "quality"]
+AcceleratorFamily = Literal["cuda", "rocm", "mps", "openvino", "cpu"]
+VideoEncoder = Literal["libx264", "libx265", "libvpx-vp9", "libsvtav1", "h264_nvenc", "hevc_nvenc"]
+EncoderPreset = Literal[
+    "ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow"
+]
+
+# Processors whose output shows faces that are not the ones filmed: their outputs carry a provenance tag.
+FACE_CHANGING: frozenset[ProcessorName] = frozenset({"face_swapper", "face_enhancer"})
+# Processors that need at least one source image.
+NEEDS_SOURCE: frozenset[ProcessorName] = frozenset({"face_swapper"})
+
+
+def choices(literal: Any) -> tuple[str, ...]:
+    """The allowed values of a ``Literal`` type, for CLI help and error messages."""
+    return tuple(get_args(literal))
+
+
+class EncoderOptions(BaseModel):
+    """How each chunk is encoded; every chunk of a job uses the same settings so the stitch is a stream copy."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    encoder: VideoEncoder = "libx264"
+    preset: EncoderPreset = "veryfast"
+    quality: int = Field(80, ge=0, le=100, description="0 worst … 100 best; mapped to the encoder's CRF/CQ")
+    lossless: bool = Field(False, description="Bit-exact colour planes where the encoder supports it (tests)")
+
+    def crf(self) -> int:
+        """The CRF (or CQ) value for ``quality``: 100 → 0, 0 → 51, as FaceFusion maps it for x264/x265."""
+        return round(51 - self.quality * 0.51)
+
+
+class FaceOptions(BaseModel):
+    """Options of the face processors; ``preset`` fills what the caller leaves unset."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    detector: Detector = "yunet"
+    detector_size: int = Field(640, ge=160, le=1280, multiple_of=32)
+    detector_score: float = Field(0.5, gt=0.0, lt=1.0)
+    selector_mode: SelectorMode = "all"
+    reference_distance: float = Field(0.6, gt=0.0, le=2.0, description="Max cosine distance to the reference")
+    swapper: Swapper | None = None
+    enhancer: Enhancer | None = None
+    enhancer_blend: int = Field(80, ge=0, le=100)
+    codeformer_weight: float = Field(0.5, ge=0.0, le=1.0)
+    mask_blur: float = Field(0.3, ge=0.0, le=1.0)
+    mask_padding: tuple[int, int, int, int] = (0, 0, 0, 0)
+    blur_strength: float = Field(0.5, gt=0.0, le=1.0, description="face_blur kernel, relative to face size")
+
+
+PRESETS: dict[QualityPreset, dict[str, Any]] = {
+    "fast": {"swapper": "inswapper_128_fp16", "enhancer": None},
+    "quality": {"swapper": "hyperswap_1a_256", "enhancer": "gfpgan_1.4"},
+}
+
+
+class JobOptions(BaseModel):
+    """Everything a job can ask for. Stored as JSON on the job row."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    processors: list[ProcessorName] = Field(default_factory=lambda: ["face_swapper"], min_length=1)
+    preset: QualityPreset = "fast"
+    chunk_frames: int | None = Field(
+        None, ge=1, le=100_000, description="Frames per chunk; default: about ten seconds of video"
+    )
+    family: AcceleratorFamily | Literal["any"] = "any"
+    encoder: EncoderOptions = Field(default_factory=EncoderOptions)
+    face: FaceOptions = Field(default_factory=FaceOptions)
+
+    @model_validator(mode="after")
+    def _apply_preset(self) -> JobOptions:
+        bundle = PRESETS[self.preset]
+        for key, value in bundle.items():
+            if key not in self.face.model_fields_set:
+                setattr(self.face, key, value)
+        return self
+
+    @property
+    def needs_source(self) -> bool:
+        return any(name in NEEDS_SOURCE for name in self.processors)
+
+    @property
+    def changes_faces(self) -> bool:
+        return any(name in FACE_CHANGING for name in self.processors)
