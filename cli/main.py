@@ -1,0 +1,165 @@
+"""The ``swapfarm`` command. Each subcommand imports what it needs when it runs, so the API image (no worker
+extra) can still run ``swapfarm api`` and ``swapfarm db upgrade``."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from shared.options import ProcessorName, choices
+from shared.settings import get_settings
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help="A render farm for face-swap video.")
+db = typer.Typer(no_args_is_help=True, help="Database schema.")
+app.add_typer(db, name="db")
+err = Console(stderr=True)
+
+try:  # the models commands live with the workers; the API image has no worker extra
+    from workers.models.commands import app as models_app
+
+    app.add_typer(models_app, name="models", help="List, download and verify model files.")
+except ImportError:  # pragma: no cover - only in the slim API image
+    pass
+
+
+def _processor(value: str) -> str:
+    if value not in choices(ProcessorName):
+        raise typer.BadParameter(f"{value!r} is not one of {', '.join(choices(ProcessorName))}")
+    return value
+
+
+@app.command()
+def run(
+    target: Annotated[Path, typer.Option(exists=True, dir_okay=False, help="The video to process")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the result (MP4)")],
+    source: Annotated[list[Path] | None, typer.Option(exists=True, dir_okay=False, help="Source face image")] = None,
+    processor: Annotated[
+        list[str] | None,
+        typer.Option(callback=lambda v: [_processor(x) for x in v or []], help="Processor, in order; repeatable"),
+    ] = None,
+    chunk_frames: Annotated[int | None, typer.Option(min=1, help="Frames per chunk")] = None,
+    workers: Annotated[int, typer.Option(min=1, help="Chunks rendered in parallel")] = 2,
+    options: Annotated[str, typer.Option(help="More JobOptions as JSON")] = "{}",
+    state_dir: Annotated[Path | None, typer.Option(help="Keep the SQLite file and chunks here")] = None,
+) -> None:
+    """Run one job on this machine, without any server: the farm's own steps, in-process."""
+    from cli.logs import configure
+    from shared.errors import SwapfarmError
+    from shared.options import JobOptions
+    from workers.embedded import run_local
+
+    configure("WARNING", json_lines=False)
+    try:
+        data = json.loads(options)
+        if processor:
+            data["processors"] = processor
+        if chunk_frames:
+            data["chunk_frames"] = chunk_frames
+        job_options = JobOptions.model_validate(data)
+    except ValueError as exc:
+        err.print(f"[red]options_invalid[/]: {exc}")
+        raise typer.Exit(2) from exc
+    with Progress(
+        TextColumn("[bold]rendering"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), console=err
+    ) as bar:
+        task = bar.add_task("frames", total=None)
+
+        def on_progress(done: int, total: int | None) -> None:
+            bar.update(task, completed=done, total=total)
+
+        try:
+            result = run_local(
+                target=target,
+                sources=source or [],
+                output=output,
+                options=job_options,
+                workers=workers,
+                settings=get_settings(),
+                state_dir=state_dir,
+                on_progress=on_progress,
+            )
+        except SwapfarmError as exc:
+            bar.stop()
+            err.print(f"[red]{exc.code}[/]: {exc.message}")
+            raise typer.Exit(1) from exc
+    if result.status != "succeeded":
+        err.print(f"[red]{result.error_code}[/]: {result.error_message}")
+        raise typer.Exit(1)
+    err.print(f"wrote {output} ({result.frames_total} frames)")
+
+
+@app.command()
+def api(
+    host: Annotated[str, typer.Option()] = "127.0.0.1",
+    port: Annotated[int, typer.Option()] = 8000,
+    workers: Annotated[int, typer.Option(min=1)] = 1,
+) -> None:
+    """Serve the HTTP API (uvicorn)."""
+    import uvicorn
+
+    from cli.logs import configure
+
+    configure()
+    get_settings()  # fail fast on bad settings, before binding the port
+    uvicorn.run("api.app:create_app", factory=True, host=host, port=port, workers=workers, log_config=None)
+
+
+@app.command()
+def worker(
+    queues: Annotated[str | None, typer.Option(help="Comma-separated queues; default: control, stitch, "
+                                                    "render.<family>, render.any")] = None,
+    concurrency: Annotated[int | None, typer.Option(min=1)] = None,
+    name: Annotated[str | None, typer.Option(help="Worker name, e.g. gpu0@%h")] = None,
+    pool: Annotated[str, typer.Option(help="Celery pool")] = "prefork",
+) -> None:
+    """Run a Celery worker consuming the queues of this machine's accelerator family."""
+    from cli.logs import configure
+    from workers.celery_app import create_app, worker_queues
+    from workers.engines.family import detect_family
+
+    configure()
+    settings = get_settings()
+    family = detect_family(settings)
+    celery = create_app(settings)
+    argv = [
+        "worker",
+        f"--queues={queues or ','.join(worker_queues(family))}",
+        f"--concurrency={concurrency or settings.worker_concurrency}",
+        f"--pool={pool}",
+        "--loglevel=INFO",
+        "--without-mingle",
+        "--without-gossip",
+        f"--hostname={name or f'{family}-{os.getpid()}@%h'}",
+    ]
+    celery.worker_main(argv)
+
+
+@app.command()
+def beat() -> None:
+    """Run celery beat: the periodic reaper of abandoned work."""
+    from cli.logs import configure
+    from workers.celery_app import create_app
+
+    configure()
+    settings = get_settings()
+    create_app(settings).start(["beat", "--loglevel=INFO", f"--schedule={settings.work_dir}/beat-schedule"])
+
+
+@db.command("upgrade")
+def db_upgrade(revision: Annotated[str, typer.Argument()] = "head") -> None:
+    """Bring the database to the newest schema (Alembic)."""
+    from shared.schema import upgrade
+
+    upgrade(get_settings().database_url, revision)
+    err.print(f"database at {revision}")
+
+
+def main() -> None:  # pragma: no cover
+    sys.exit(app())

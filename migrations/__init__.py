@@ -1,0 +1,1 @@
+"""Alembic migrations. Only these change the schema."""

@@ -1,0 +1,458 @@
+"""Every state change of jobs and chunks, each one conditional UPDATE in the caller's transaction.
+
+Workers and the API change rows only through these functions, so the rules live in one place:
+
+* a step *claims* its row with a lease (a random token and an expiry); a second delivery of the same task finds
+  the lease held and does nothing;
+* only the lease holder may finish its step (``WHERE lease_token = :token``);
+* the call that finishes the last chunk moves the job to ``stitching`` — decided under the job row's lock, so
+  exactly one caller sees it and enqueues the stitch;
+* the reaper hands expired leases and lost messages back to the queues, and fails a job past the attempt limit
+  with the last error.
+
+Callers commit, then enqueue what the function returned (Postgres first, Redis second).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session
+
+from shared.errors import InputError, LeaseLostError, SwapfarmError
+from shared.models import Chunk, Job, utcnow
+from shared.options import JobOptions
+from shared.states import ChunkStatus, JobStatus, chunk_sources_of, sources_of
+
+WORKER_LOST = "worker_lost"
+
+
+def _token() -> str:
+    return uuid.uuid4().hex
+
+
+def _until(seconds: float) -> datetime:
+    return utcnow() + timedelta(seconds=seconds)
+
+
+def create_job(
+    session: Session,
+    *,
+    job_id: str,
+    options: JobOptions,
+    target_url: str,
+    source_urls: Sequence[str],
+    target_name: str,
+    media: dict[str, Any] | None = None,
+) -> Job:
+    job = Job(
+        id=job_id,
+        status=JobStatus.QUEUED,
+        options=options.model_dump(mode="json"),
+        target_url=target_url,
+        source_urls=list(source_urls),
+        target_name=target_name,
+        family=options.family,
+        media=media,
+        enqueued_at=utcnow(),
+    )
+    session.add(job)
+    session.flush()
+    return job
+
+
+def get_job(session: Session, job_id: str) -> Job | None:
+    return session.get(Job, job_id)
+
+
+def lock_job(session: Session, job_id: str) -> Job | None:
+    """Read the job row under a row lock, serialising the callers that decide on the job's next step."""
+    return session.scalars(select(Job).where(Job.id == job_id).with_for_update()).one_or_none()
+
+
+# -- plan -------------------------------------------------------------------------------------------------
+
+
+def begin_plan(session: Session, job_id: str, lease_seconds: float) -> str | None:
+    """Claim the job for planning; ``None`` when another planner holds it or it is past planning."""
+    now, token = utcnow(), _token()
+    claimed = session.execute(
+        update(Job)
+        .where(Job.id == job_id)
+        .where(
+            (Job.status == JobStatus.QUEUED)
+            | ((Job.status == JobStatus.PLANNING) & (Job.lease_expires_at < now))
+        )
+        .values(
+            status=JobStatus.PLANNING,
+            lease_token=token,
+            lease_expires_at=now + timedelta(seconds=lease_seconds),
+            attempts=Job.attempts + 1,
+            started_at=func.coalesce(Job.started_at, now),
+        )
+        .returning(Job.id)
+    ).first()
+    return token if claimed else None
+
+
+@dataclass(frozen=True)
+class ChunkPlan:
+    index: int
+    frame_start: int
+    frame_end: int  # exclusive
+    seek_seconds: float
+
+
+def record_plan(
+    session: Session,
+    job_id: str,
+    token: str,
+    chunks: Sequence[ChunkPlan],
+    media: dict[str, Any],
+    family: str,
+) -> list[str]:
+    """Insert the chunk rows and move the job to ``rendering``; returns the chunk ids to enqueue.
+
+    Raises:
+        LeaseLostError: the planner's lease was taken over (it ran past its lease).
+    """
+    job = lock_job(session, job_id)
+    if job is None or job.lease_token != token or job.status != JobStatus.PLANNING:
+        raise LeaseLostError(f"job {job_id}: planning lease lost")
+    now = utcnow()
+    rows = [
+        Chunk(
+            job_id=job_id,
+            index=c.index,
+            frame_start=c.frame_start,
+            frame_end=c.frame_end,
+            seek_seconds=c.seek_seconds,
+            status=ChunkStatus.QUEUED,
+            enqueued_at=now,
+        )
+        for c in chunks
+    ]
+    session.add_all(rows)
+    job.status = JobStatus.RENDERING
+    job.lease_token = None
+    job.lease_expires_at = None
+    job.attempts = 0
+    job.media = media
+    job.family = family
+    job.frames_total = sum(c.frame_end - c.frame_start for c in chunks)
+    job.chunks_total = len(rows)
+    session.flush()
+    return [r.id for r in rows]
+
+
+# -- render -----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ChunkClaim:
+    chunk_id: str
+    job_id: str
+    token: str
+    index: int
+    frame_start: int
+    frame_end: int
+    seek_seconds: float
+    attempt: int
+
+
+def claim_chunk(
+    session: Session, chunk_id: str, *, worker: str, family: str, lease_seconds: float
+) -> ChunkClaim | None:
+    """Take the chunk's lease; ``None`` if it is done, held by a live lease, or its job is not rendering."""
+    now, token = utcnow(), _token()
+    rendering = select(Job.id).where(Job.id == Chunk.job_id, Job.status == JobStatus.RENDERING).exists()
+    row = session.execute(
+        update(Chunk)
+        .where(Chunk.id == chunk_id)
+        .where(
+            (Chunk.status == ChunkStatus.QUEUED)
+            | ((Chunk.status == ChunkStatus.RUNNING) & (Chunk.lease_expires_at < now))
+        )
+        .where(rendering)
+        .values(
+            status=ChunkStatus.RUNNING,
+            lease_token=token,
+            lease_expires_at=now + timedelta(seconds=lease_seconds),
+            attempts=Chunk.attempts + 1,
+            worker=worker,
+            family=family,
+            started_at=now,
+            frames_done=0,
+        )
+        .returning(
+            Chunk.job_id, Chunk.index, Chunk.frame_start, Chunk.frame_end, Chunk.seek_seconds, Chunk.attempts
+        )
+    ).first()
+    if row is None:
+        return None
+    return ChunkClaim(chunk_id, row[0], token, row[1], row[2], row[3], row[4], row[5])
+
+
+def heartbeat(session: Session, claim: ChunkClaim, frames_done: int, lease_seconds: float) -> bool:
+    """Extend the lease and record progress; ``False`` means stop: the lease is lost or the job cancelled."""
+    done = session.execute(
+        update(Chunk)
+        .where(Chunk.id == claim.chunk_id, Chunk.lease_token == claim.token)
+        .where(Chunk.status == ChunkStatus.RUNNING)
+        .values(lease_expires_at=_until(lease_seconds), frames_done=frames_done)
+        .returning(Chunk.id)
+    ).first()
+    return done is not None
+
+
+def finish_chunk(session: Session, claim: ChunkClaim, output_url: str, seconds: float) -> bool:
+    """Mark the chunk done; returns ``True`` for exactly one caller: the one that finished the last chunk.
+
+    Raises:
+        LeaseLostError: the chunk was taken over or cancelled while this worker rendered it.
+    """
+    job = lock_job(session, claim.job_id)
+    frames = claim.frame_end - claim.frame_start
+    done = session.execute(
+        update(Chunk)
+        .where(Chunk.id == claim.chunk_id, Chunk.lease_token == claim.token)
+        .where(Chunk.status == ChunkStatus.RUNNING)
+        .values(
+            status=ChunkStatus.DONE,
+            output_url=output_url,
+            finished_at=utcnow(),
+            render_seconds=seconds,
+            frames_done=frames,
+            lease_token=None,
+            lease_expires_at=None,
+        )
+        .returning(Chunk.id)
+    ).first()
+    if done is None or job is None:
+        raise LeaseLostError(f"chunk {claim.chunk_id}: lease lost before it was marked done")
+    # Counted in SQL, not read-modify-write: on SQLite the row lock above is a no-op, the write lock is not.
+    counted = session.execute(
+        update(Job)
+        .where(Job.id == claim.job_id)
+        .values(chunks_done=Job.chunks_done + 1, frames_done=Job.frames_done + frames)
+        .returning(Job.chunks_done, Job.chunks_total)
+    ).one()
+    if counted[0] < (counted[1] or 0):
+        return False
+    moved = session.execute(
+        update(Job)
+        .where(Job.id == claim.job_id, Job.status == JobStatus.RENDERING)
+        .values(status=JobStatus.STITCHING, attempts=0, enqueued_at=utcnow())
+        .returning(Job.id)
+    ).first()
+    return moved is not None
+
+
+@dataclass(frozen=True)
+class FailOutcome:
+    retry: bool
+    job_failed: bool
+
+
+def fail_chunk(
+    session: Session, claim: ChunkClaim, error: SwapfarmError, max_attempts: int
+) -> FailOutcome:
+    """Record a failed attempt: back to ``queued`` below the limit, else the chunk and its job fail."""
+    chunk = session.get(Chunk, claim.chunk_id, with_for_update=True)
+    if chunk is None or chunk.lease_token != claim.token or chunk.status != ChunkStatus.RUNNING:
+        return FailOutcome(retry=False, job_failed=False)
+    chunk.error_code, chunk.error_message = error.code, error.message
+    chunk.lease_token, chunk.lease_expires_at = None, None
+    if isinstance(error, InputError) or chunk.attempts >= max_attempts:
+        chunk.status = ChunkStatus.FAILED
+        failed = fail_job(session, chunk.job_id, error.code, error.message)
+        return FailOutcome(retry=False, job_failed=failed)
+    chunk.status = ChunkStatus.QUEUED
+    chunk.enqueued_at = utcnow()
+    return FailOutcome(retry=True, job_failed=False)
+
+
+# -- stitch -----------------------------------------------------------------------------------------------
+
+
+def begin_stitch(session: Session, job_id: str, lease_seconds: float) -> str | None:
+    now, token = utcnow(), _token()
+    claimed = session.execute(
+        update(Job)
+        .where(Job.id == job_id, Job.status == JobStatus.STITCHING)
+        .where(Job.lease_expires_at.is_(None) | (Job.lease_expires_at < now))
+        .values(
+            lease_token=token,
+            lease_expires_at=now + timedelta(seconds=lease_seconds),
+            attempts=Job.attempts + 1,
+        )
+        .returning(Job.id)
+    ).first()
+    return token if claimed else None
+
+
+def extend_job_lease(session: Session, job_id: str, token: str, lease_seconds: float) -> bool:
+    done = session.execute(
+        update(Job)
+        .where(Job.id == job_id, Job.lease_token == token)
+        .values(lease_expires_at=_until(lease_seconds))
+        .returning(Job.id)
+    ).first()
+    return done is not None
+
+
+def chunk_outputs(session: Session, job_id: str) -> list[str]:
+    urls = session.scalars(
+        select(Chunk.output_url).where(Chunk.job_id == job_id).order_by(Chunk.index)
+    ).all()
+    if any(u is None for u in urls):
+        raise LeaseLostError(f"job {job_id}: a chunk has no output")
+    return [u for u in urls if u is not None]
+
+
+def finish_job(session: Session, job_id: str, token: str, output_url: str) -> bool:
+    done = session.execute(
+        update(Job)
+        .where(Job.id == job_id, Job.lease_token == token, Job.status == JobStatus.STITCHING)
+        .values(
+            status=JobStatus.SUCCEEDED,
+            output_url=output_url,
+            finished_at=utcnow(),
+            lease_token=None,
+            lease_expires_at=None,
+            error_code=None,
+            error_message=None,
+        )
+        .returning(Job.id)
+    ).first()
+    return done is not None
+
+
+def fail_job(session: Session, job_id: str, code: str, message: str) -> bool:
+    """Fail the job unless it already ended; its unfinished chunks are cancelled in the same transaction."""
+    done = session.execute(
+        update(Job)
+        .where(Job.id == job_id, Job.status.in_(sources_of(JobStatus.FAILED)))
+        .values(
+            status=JobStatus.FAILED,
+            error_code=code,
+            error_message=message,
+            finished_at=utcnow(),
+            lease_token=None,
+            lease_expires_at=None,
+        )
+        .returning(Job.id)
+    ).first()
+    if done is None:
+        return False
+    session.execute(
+        update(Chunk)
+        .where(Chunk.job_id == job_id, Chunk.status.in_(chunk_sources_of(ChunkStatus.CANCELLED)))
+        .values(status=ChunkStatus.CANCELLED, lease_token=None, lease_expires_at=None)
+    )
+    return True
+
+
+# -- reap -------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ReapResult:
+    plan: list[str] = field(default_factory=list)
+    render: list[tuple[str, str]] = field(default_factory=list)  # (job_id, chunk_id)
+    stitch: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+
+
+def reap(session: Session, *, max_attempts: int, requeue_after: float) -> ReapResult:
+    """Find abandoned work: expired leases and messages that may have been lost. Returns what to enqueue."""
+    now = utcnow()
+    stale = now - timedelta(seconds=requeue_after)
+    result = ReapResult()
+
+    expired = session.scalars(
+        select(Chunk)
+        .join(Job)
+        .where(Job.status == JobStatus.RENDERING)
+        .where(Chunk.status == ChunkStatus.RUNNING, Chunk.lease_expires_at < now)
+        .with_for_update(of=Chunk, skip_locked=True)
+    ).all()
+    for chunk in expired:
+        chunk.lease_token, chunk.lease_expires_at = None, None
+        if not chunk.error_code:
+            chunk.error_code = WORKER_LOST
+            chunk.error_message = f"worker {chunk.worker} stopped heartbeating during attempt {chunk.attempts}"
+        if chunk.attempts >= max_attempts:
+            chunk.status = ChunkStatus.FAILED
+            if fail_job(session, chunk.job_id, chunk.error_code, chunk.error_message or ""):
+                result.failed.append(chunk.job_id)
+        else:
+            chunk.status = ChunkStatus.QUEUED
+            chunk.enqueued_at = now
+            result.render.append((chunk.job_id, chunk.id))
+
+    lost = session.scalars(
+        select(Chunk)
+        .join(Job)
+        .where(Job.status == JobStatus.RENDERING)
+        .where(Chunk.status == ChunkStatus.QUEUED, Chunk.enqueued_at < stale)
+        .with_for_update(of=Chunk, skip_locked=True)
+    ).all()
+    for chunk in lost:
+        chunk.enqueued_at = now
+        result.render.append((chunk.job_id, chunk.id))
+
+    jobs = session.scalars(
+        select(Job)
+        .where(Job.status.in_((JobStatus.QUEUED, JobStatus.PLANNING, JobStatus.STITCHING)))
+        .with_for_update(skip_locked=True)
+    ).all()
+    for job in jobs:
+        leased = job.lease_expires_at is not None
+        if leased and job.lease_expires_at is not None and job.lease_expires_at >= now:
+            continue  # a live planner or stitcher holds it
+        if not leased and job.enqueued_at is not None and job.enqueued_at >= stale:
+            continue  # its message is recent: give the queue time
+        if job.attempts >= max_attempts:
+            step = "plan" if job.status != JobStatus.STITCHING else "stitch"
+            if fail_job(session, job.id, WORKER_LOST, f"the {step} step was abandoned {job.attempts} times"):
+                result.failed.append(job.id)
+            continue
+        job.lease_token, job.lease_expires_at, job.enqueued_at = None, None, now
+        if job.status == JobStatus.STITCHING:
+            result.stitch.append(job.id)
+        else:
+            job.status = JobStatus.QUEUED
+            result.plan.append(job.id)
+    session.flush()
+    return result
+
+
+# -- progress ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Progress:
+    frames_done: int
+    frames_total: int | None
+    chunks: dict[str, int]
+
+
+def progress(session: Session, job: Job) -> Progress:
+    """Frames rendered so far (finished chunks plus the running ones' heartbeats) and chunks by state."""
+    rows = session.execute(
+        select(Chunk.status, func.count(), func.coalesce(func.sum(Chunk.frames_done), 0))
+        .where(Chunk.job_id == job.id)
+        .group_by(Chunk.status)
+    ).all()
+    counts = {str(status): 0 for status in ChunkStatus}
+    frames = 0
+    for status, count, done in rows:
+        counts[str(status)] = int(count)
+        frames += int(done)
+    return Progress(frames_done=frames, frames_total=job.frames_total, chunks=counts)

@@ -1,0 +1,112 @@
+"""SQLAlchemy models: jobs and their chunks. Postgres is the source of truth; SQLite serves ``swapfarm run``."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import JSON, DateTime, Float, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.types import TypeDecorator
+
+from shared.states import ChunkStatus, JobStatus
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC datetimes on every backend (SQLite drops the zone; this puts it back)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            raise ValueError("naive datetime")
+        return value
+
+    def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Job(Base):
+    __tablename__ = "jobs"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    status: Mapped[str] = mapped_column(String(16), default=JobStatus.QUEUED, index=True)
+    options: Mapped[dict[str, Any]] = mapped_column(JSON)
+    target_url: Mapped[str] = mapped_column(Text)
+    source_urls: Mapped[list[str]] = mapped_column(JSON, default=list)
+    target_name: Mapped[str] = mapped_column(Text, default="")
+    output_url: Mapped[str | None] = mapped_column(Text, default=None)
+    family: Mapped[str] = mapped_column(String(16), default="any")
+
+    frames_total: Mapped[int | None] = mapped_column(Integer, default=None)
+    frames_done: Mapped[int] = mapped_column(Integer, default=0)
+    chunks_total: Mapped[int | None] = mapped_column(Integer, default=None)
+    chunks_done: Mapped[int] = mapped_column(Integer, default=0)
+    media: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
+
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    error_code: Mapped[str | None] = mapped_column(String(64), default=None)
+    error_message: Mapped[str | None] = mapped_column(Text, default=None)
+    # A lease on the job row covers the steps that act on the whole job (plan, stitch).
+    lease_token: Mapped[str | None] = mapped_column(String(32), default=None)
+    lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+    enqueued_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, index=True)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+
+    chunks: Mapped[list[Chunk]] = relationship(
+        back_populates="job", order_by="Chunk.index", cascade="all, delete-orphan"
+    )
+
+
+class Chunk(Base):
+    __tablename__ = "chunks"
+    __table_args__ = (UniqueConstraint("job_id", "index", name="uq_chunks_job_index"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    index: Mapped[int] = mapped_column(Integer)
+    frame_start: Mapped[int] = mapped_column(Integer)
+    frame_end: Mapped[int] = mapped_column(Integer)  # exclusive
+    seek_seconds: Mapped[float] = mapped_column(Float)
+
+    status: Mapped[str] = mapped_column(String(16), default=ChunkStatus.QUEUED, index=True)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    frames_done: Mapped[int] = mapped_column(Integer, default=0)
+    error_code: Mapped[str | None] = mapped_column(String(64), default=None)
+    error_message: Mapped[str | None] = mapped_column(Text, default=None)
+    worker: Mapped[str | None] = mapped_column(String(255), default=None)
+    family: Mapped[str | None] = mapped_column(String(16), default=None)
+    output_url: Mapped[str | None] = mapped_column(Text, default=None)
+
+    lease_token: Mapped[str | None] = mapped_column(String(32), default=None)
+    lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+    enqueued_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+    render_seconds: Mapped[float | None] = mapped_column(Float, default=None)
+
+    job: Mapped[Job] = relationship(back_populates="chunks")
+
+    @property
+    def frame_count(self) -> int:
+        return self.frame_end - self.frame_start

@@ -1,0 +1,67 @@
+"""Job and chunk states and the transitions allowed between them.
+
+A state change, its attempt count and its error code are written in one transaction (see ``shared.jobs``);
+this module only says which changes are legal, so that a late or duplicated task cannot move a row backwards.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class JobStatus(StrEnum):
+    QUEUED = "queued"
+    PLANNING = "planning"
+    RENDERING = "rendering"
+    STITCHING = "stitching"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class ChunkStatus(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+JOB_TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
+    JobStatus.QUEUED: frozenset({JobStatus.PLANNING, JobStatus.FAILED, JobStatus.CANCELLED}),
+    # planning → queued: the planner died and the reaper hands the job to another one
+    JobStatus.PLANNING: frozenset(
+        {JobStatus.RENDERING, JobStatus.QUEUED, JobStatus.FAILED, JobStatus.CANCELLED}
+    ),
+    JobStatus.RENDERING: frozenset({JobStatus.STITCHING, JobStatus.FAILED, JobStatus.CANCELLED}),
+    JobStatus.STITCHING: frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED}),
+    JobStatus.SUCCEEDED: frozenset(),
+    JobStatus.FAILED: frozenset({JobStatus.QUEUED}),  # an explicit retry
+    JobStatus.CANCELLED: frozenset(),
+}
+
+CHUNK_TRANSITIONS: dict[ChunkStatus, frozenset[ChunkStatus]] = {
+    ChunkStatus.QUEUED: frozenset({ChunkStatus.RUNNING, ChunkStatus.CANCELLED, ChunkStatus.FAILED}),
+    # running → queued: a failed attempt below the limit, or an expired lease
+    ChunkStatus.RUNNING: frozenset(
+        {ChunkStatus.DONE, ChunkStatus.QUEUED, ChunkStatus.FAILED, ChunkStatus.CANCELLED}
+    ),
+    ChunkStatus.DONE: frozenset(),
+    ChunkStatus.FAILED: frozenset({ChunkStatus.QUEUED}),
+    ChunkStatus.CANCELLED: frozenset(),
+}
+
+FINISHED_JOB_STATES = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED})
+
+
+def can_move(current: JobStatus, target: JobStatus) -> bool:
+    return target in JOB_TRANSITIONS[current]
+
+
+def sources_of(target: JobStatus) -> tuple[JobStatus, ...]:
+    """The states from which ``target`` may be entered: the WHERE clause of a conditional UPDATE."""
+    return tuple(s for s, nxt in JOB_TRANSITIONS.items() if target in nxt)
+
+
+def chunk_sources_of(target: ChunkStatus) -> tuple[ChunkStatus, ...]:
+    return tuple(s for s, nxt in CHUNK_TRANSITIONS.items() if target in nxt)

@@ -1,0 +1,40 @@
+"""Task names, queues and payloads: the contract between whoever enqueues work and the workers.
+
+The API enqueues by *name* (``send_task``) so it never imports worker code. Payloads are ids, never objects:
+a task re-reads its rows, so a duplicate or late delivery sees the current state.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from pydantic import BaseModel, ConfigDict
+
+PLAN: Final = "swapfarm.plan"
+RENDER_CHUNK: Final = "swapfarm.render_chunk"
+STITCH: Final = "swapfarm.stitch"
+REAP: Final = "swapfarm.reap"
+
+CONTROL_QUEUE: Final = "control"
+STITCH_QUEUE: Final = "stitch"
+
+
+def render_queue(family: str) -> str:
+    """The queue of render work for an accelerator family (``render.cuda``, ``render.cpu`` …).
+
+    Jobs that run anywhere go to ``render.any``, which every worker consumes besides its own family's queue.
+    """
+    return f"render.{family}"
+
+
+class JobPayload(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    job_id: str
+
+
+class ChunkPayload(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    job_id: str
+    chunk_id: str

@@ -1,0 +1,48 @@
+"""Cutting a video into frame-exact chunks.
+
+Every frame of the input is in exactly one chunk. A chunk starts decoding at a seek time just before its first
+frame's timestamp (half the smallest frame interval earlier), so float rounding can neither drop that frame nor
+let the previous one in.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from shared.jobs import ChunkPlan
+
+
+def default_chunk_frames(fps: float, chunk_seconds: float) -> int:
+    return max(1, math.ceil(fps * chunk_seconds))
+
+
+def plan_chunks(times: Sequence[float], chunk_frames: int, start_time: float = 0.0) -> list[ChunkPlan]:
+    """Chunks of ``chunk_frames`` frames over frames at presentation ``times`` (seconds, sorted).
+
+    A last chunk shorter than a quarter of ``chunk_frames`` is merged into the one before it, so a stitch
+    never waits on a sliver.
+
+    >>> [(c.frame_start, c.frame_end) for c in plan_chunks([i / 10 for i in range(25)], 10)]
+    [(0, 10), (10, 25)]
+    """
+    if chunk_frames < 1:
+        raise ValueError("chunk_frames must be at least 1")
+    total = len(times)
+    if total == 0:
+        return []
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False) if b > a]
+    margin = min(gaps) / 2 if gaps else 0.0
+    bounds = list(range(0, total, chunk_frames))
+    if len(bounds) > 1 and total - bounds[-1] < max(1, chunk_frames // 4):
+        bounds.pop()
+    bounds.append(total)
+    return [
+        ChunkPlan(
+            index=i,
+            frame_start=a,
+            frame_end=b,
+            seek_seconds=0.0 if a == 0 else max(0.0, times[a] - start_time - margin),
+        )
+        for i, (a, b) in enumerate(zip(bounds, bounds[1:], strict=False))
+    ]

@@ -1,0 +1,167 @@
+"""``swapfarm run``: the farm's own plan/render/stitch steps, in-process, with no server.
+
+The job lives in a SQLite file and a local storage folder; a thread pool stands in for the queues. Everything
+else — chunking, leases, the exactly-once stitch, retries — is the same code the distributed farm runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from shared import jobs
+from shared.db import session_scope
+from shared.errors import SwapfarmError
+from shared.options import JobOptions
+from shared.schema import upgrade
+from shared.settings import Settings
+from shared.states import FINISHED_JOB_STATES, JobStatus
+from shared.storage import Storage
+from shared.submission import Upload, submit
+from shared.tasks import PLAN, RENDER_CHUNK, STITCH, ChunkPayload, JobPayload
+from workers import planning, rendering, stitching
+from workers.engines.family import detect_family
+from workers.runtime import Runtime
+
+logger = logging.getLogger(__name__)
+
+
+class LocalDispatcher:
+    """Runs each sent task on a thread pool; ``countdown`` is honoured with a timer."""
+
+    def __init__(self, workers: int) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="swapfarm-local")
+        self._futures: list[Future[None]] = []
+        self._lock = threading.Lock()
+        self.runtime: Runtime | None = None
+        self.errors: list[BaseException] = []
+
+    def send(self, task: str, payload: BaseModel, *, queue: str, countdown: float | None = None) -> None:
+        if countdown:
+            timer = threading.Timer(countdown, self.send, (task, payload), {"queue": queue})
+            timer.daemon = True
+            timer.start()
+            return
+        with self._lock:
+            self._futures.append(self._pool.submit(self._run, task, payload))
+
+    def _run(self, task: str, payload: BaseModel) -> None:
+        rt = self.runtime
+        assert rt is not None
+        try:
+            match task, payload:
+                case (str() as name, JobPayload(job_id=job_id)) if name == PLAN:
+                    planning.plan(job_id, rt)
+                case (str() as name, ChunkPayload(job_id=job_id, chunk_id=chunk_id)) if name == RENDER_CHUNK:
+                    rendering.render_chunk(job_id, chunk_id, rt)
+                case (str() as name, JobPayload(job_id=job_id)) if name == STITCH:
+                    stitching.stitch(job_id, rt)
+                case _:
+                    raise ValueError(f"unknown task {task}")
+        except BaseException as exc:
+            logger.exception("task %s failed unexpectedly", task)
+            self.errors.append(exc)
+
+    def shutdown(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+@dataclass(frozen=True)
+class LocalResult:
+    job_id: str
+    status: JobStatus
+    error_code: str | None
+    error_message: str | None
+    frames_total: int | None
+
+
+ProgressCallback = Callable[[int, int | None], None]
+
+
+def run_local(
+    *,
+    target: Path,
+    sources: Sequence[Path],
+    output: Path,
+    options: JobOptions,
+    workers: int,
+    settings: Settings,
+    state_dir: Path | None = None,
+    on_progress: ProgressCallback | None = None,
+) -> LocalResult:
+    """Run one job to its end in this process and write its output to ``output``.
+
+    ``settings`` supplies everything but the database, storage and scratch locations, which live in
+    ``state_dir`` (a temporary folder, removed afterwards, when not given).
+    """
+    with tempfile.TemporaryDirectory(prefix="swapfarm-run-") as tmp:
+        home = (state_dir or Path(tmp)).resolve()
+        home.mkdir(parents=True, exist_ok=True)
+        local = settings.model_copy(
+            update={
+                "database_url": f"sqlite:///{home / 'swapfarm.db'}",
+                "storage_url": f"file://{home / 'storage'}",
+                "work_dir": home / "work",
+            }
+        )
+        upgrade(local.database_url)
+        storage = Storage(local.storage_url)
+        dispatcher = LocalDispatcher(workers)
+        dispatcher.runtime = Runtime(
+            settings=local,
+            storage=storage,
+            dispatcher=dispatcher,
+            hostname=f"local-{os.getpid()}@{socket.gethostname()}",
+            family=detect_family(local),
+        )
+        try:
+            job_id = submit(
+                database_url=local.database_url,
+                storage=storage,
+                dispatcher=dispatcher,
+                target=Upload(target, target.name),
+                sources=[Upload(s, s.name) for s in sources],
+                options=options,
+            )
+            result = _wait(local.database_url, job_id, on_progress, dispatcher)
+        finally:
+            dispatcher.shutdown()
+        if result.status == JobStatus.SUCCEEDED:
+            with session_scope(local.database_url) as session:
+                job = jobs.get_job(session, job_id)
+                assert job is not None and job.output_url is not None
+                url = job.output_url
+            partial = output.with_name(f".{output.name}.part")
+            storage.download(url, partial)
+            partial.replace(output)
+        return result
+
+
+def _wait(
+    database_url: str, job_id: str, on_progress: ProgressCallback | None, dispatcher: LocalDispatcher
+) -> LocalResult:
+    while True:
+        with session_scope(database_url) as session:
+            job = jobs.get_job(session, job_id)
+            assert job is not None
+            progress = jobs.progress(session, job)
+            status = JobStatus(job.status)
+            if on_progress is not None:
+                on_progress(progress.frames_done, progress.frames_total)
+            if status in FINISHED_JOB_STATES:
+                return LocalResult(job_id, status, job.error_code, job.error_message, job.frames_total)
+            if dispatcher.errors:
+                error = dispatcher.errors[0]
+                code = error.code if isinstance(error, SwapfarmError) else "internal_error"
+                jobs.fail_job(session, job_id, code, str(error))
+        time.sleep(0.2)

@@ -1,0 +1,146 @@
+"""ffmpeg command lines, built by pure functions (tested without running ffmpeg), and the one place they run.
+
+Frames travel as raw ``bgr24`` over pipes: decode → processors → encode, never through image files.
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+from pathlib import Path
+
+from shared.errors import FfmpegError
+from shared.options import EncoderOptions
+
+logger = logging.getLogger(__name__)
+
+FFMPEG = "ffmpeg"
+_BASE = [FFMPEG, "-hide_banner", "-nostdin", "-loglevel", "error"]
+PROVENANCE_TAG = "synthetic_content"
+PROVENANCE_TEXT = "This video contains synthetic, face-swapped content made with swapfarm."
+# Containers that carry these audio codecs by stream copy; anything else is re-encoded to AAC.
+_MP4_AUDIO = frozenset({"aac", "mp3", "ac3", "eac3", "opus", "alac", "flac"})
+
+
+def decode_args(source: Path, seek_seconds: float, frames: int) -> list[str]:
+    """Read ``frames`` frames starting at ``seek_seconds`` as raw BGR on stdout.
+
+    ``-ss`` before ``-i`` seeks to the keyframe before the position and decodes from there, dropping the frames
+    before it (accurate seek), so a chunk never decodes from the start of the video. Frames are passed through
+    as decoded (no duplication or dropping), and rotation metadata is applied so frames are upright.
+    """
+    seek = ["-ss", f"{seek_seconds:.6f}"] if seek_seconds > 0 else []
+    return [
+        *_BASE,
+        *seek,
+        "-i",
+        str(source),
+        "-map",
+        "0:v:0",
+        "-frames:v",
+        str(frames),
+        "-fps_mode",
+        "passthrough",
+        "-f",
+        "rawvideo",
+        "-pix_fmt",
+        "bgr24",
+        "pipe:1",
+    ]
+
+
+def _pixel_format(width: int, height: int, options: EncoderOptions) -> str:
+    # 4:2:0 needs even dimensions; odd-sized inputs keep their size in 4:4:4 instead of being cropped.
+    if options.lossless or width % 2 or height % 2:
+        return "yuv444p"
+    return "yuv420p"
+
+
+def _quality_args(options: EncoderOptions) -> list[str]:
+    crf = str(options.crf())
+    match options.encoder:
+        case "libx264" | "libx265":
+            preset = ["-preset", options.preset]
+            return [*preset, "-qp", "0"] if options.lossless else [*preset, "-crf", crf]
+        case "libvpx-vp9":
+            return ["-lossless", "1"] if options.lossless else ["-crf", crf, "-b:v", "0", "-row-mt", "1"]
+        case "libsvtav1":
+            return ["-crf", "0" if options.lossless else crf, "-preset", "8"]
+        case "h264_nvenc" | "hevc_nvenc":
+            return ["-tune", "lossless"] if options.lossless else ["-rc", "vbr", "-cq", crf]
+
+
+def encode_args(
+    output: Path, width: int, height: int, fps: str, options: EncoderOptions
+) -> list[str]:
+    """Encode raw BGR frames from stdin at a constant ``fps`` into ``output`` (video only)."""
+    return [
+        *_BASE,
+        "-f",
+        "rawvideo",
+        "-pix_fmt",
+        "bgr24",
+        "-s",
+        f"{width}x{height}",
+        "-r",
+        fps,
+        "-i",
+        "pipe:0",
+        "-c:v",
+        options.encoder,
+        *_quality_args(options),
+        "-pix_fmt",
+        _pixel_format(width, height, options),
+        "-an",
+        "-f",
+        "mp4",
+        str(output),
+    ]
+
+
+def concat_list(paths: list[Path]) -> str:
+    """The concat demuxer's list file: one ``file`` line per chunk, quotes escaped."""
+    lines = []
+    for path in paths:
+        escaped = str(path.resolve()).replace("'", "'\\''")
+        lines.append(f"file '{escaped}'")
+    return "\n".join(lines) + "\n"
+
+
+def stitch_args(
+    list_file: Path,
+    audio_source: Path | None,
+    audio_codec: str | None,
+    output: Path,
+    *,
+    provenance: bool,
+) -> list[str]:
+    """Concatenate the chunk files by stream copy and take the audio once from the original input."""
+    args = [*_BASE, "-f", "concat", "-safe", "0", "-i", str(list_file)]
+    if audio_source is not None:
+        args += ["-i", str(audio_source), "-map", "0:v:0", "-map", "1:a:0?"]
+        args += ["-c:a", "copy" if audio_codec in _MP4_AUDIO else "aac"]
+    else:
+        args += ["-map", "0:v:0"]
+    args += ["-c:v", "copy", "-movflags", "+faststart+use_metadata_tags"]
+    if provenance:
+        args += ["-metadata", f"{PROVENANCE_TAG}=face-swapped", "-metadata", f"comment={PROVENANCE_TEXT}"]
+    args += ["-f", "mp4", str(output)]
+    return args
+
+
+def run(args: list[str], *, what: str, timeout: float | None = None) -> None:
+    """Run an ffmpeg command to completion.
+
+    Raises:
+        FfmpegError: ffmpeg is missing, timed out or exited non-zero; the message keeps stderr's tail.
+    """
+    logger.debug("running %s", args)
+    try:
+        done = subprocess.run(args, capture_output=True, text=True, timeout=timeout, check=False)
+    except FileNotFoundError as exc:
+        raise FfmpegError("ffmpeg is not installed", code="ffmpeg_missing") from exc
+    except subprocess.TimeoutExpired as exc:
+        raise FfmpegError(f"{what}: ffmpeg timed out") from exc
+    if done.returncode != 0:
+        raise FfmpegError(f"{what}: ffmpeg exited with {done.returncode}", stderr=done.stderr)

@@ -1,0 +1,196 @@
+"""Frames through ffmpeg pipes, with decoding and encoding overlapped with the processors.
+
+:class:`FrameReader` decodes ahead on a thread into a bounded queue; :class:`FrameWriter` encodes behind on a
+thread from a bounded queue. The processors in between never wait for ffmpeg unless a queue is empty or full.
+"""
+
+from __future__ import annotations
+
+import queue
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from types import TracebackType
+from typing import IO
+
+import numpy as np
+
+from shared.errors import FfmpegError
+from shared.options import EncoderOptions
+from workers.ffmpeg import decode_args, encode_args
+from workers.processors.base import FrameBatch
+
+_DONE = object()
+
+
+def _read_exact(stream: IO[bytes], size: int) -> bytes:
+    parts, remaining = [], size
+    while remaining:
+        block = stream.read(remaining)
+        if not block:
+            break
+        parts.append(block)
+        remaining -= len(block)
+    return b"".join(parts)
+
+
+class FrameReader:
+    """Decode ``frames`` frames from ``seek_seconds`` in batches of ``batch_size``, ``depth`` batches ahead.
+
+    Raises (on iteration):
+        FfmpegError: ffmpeg failed, or the file ended before ``frames`` frames were read.
+    """
+
+    def __init__(
+        self,
+        source: Path,
+        *,
+        seek_seconds: float,
+        frames: int,
+        width: int,
+        height: int,
+        batch_size: int,
+        depth: int = 2,
+    ) -> None:
+        self._args = decode_args(source, seek_seconds, frames)
+        self._frames, self._shape, self._batch = frames, (height, width, 3), batch_size
+        self._queue: queue.Queue[object] = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._thread: threading.Thread | None = None
+
+    def __iter__(self) -> Iterator[FrameBatch]:
+        self._proc = subprocess.Popen(
+            self._args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+        self._thread = threading.Thread(target=self._pump, name="frame-reader", daemon=True)
+        self._thread.start()
+        while True:
+            item = self._queue.get()
+            if item is _DONE:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            assert isinstance(item, np.ndarray)
+            yield item
+
+    def _pump(self) -> None:
+        proc = self._proc
+        assert proc is not None and proc.stdout is not None and proc.stderr is not None
+        frame_bytes = int(np.prod(self._shape))
+        read = 0
+        try:
+            while read < self._frames and not self._stop.is_set():
+                count = min(self._batch, self._frames - read)
+                data = _read_exact(proc.stdout, frame_bytes * count)
+                whole = len(data) // frame_bytes
+                if whole:
+                    batch = np.frombuffer(data[: whole * frame_bytes], np.uint8).reshape(whole, *self._shape)
+                    self._put(batch.copy())
+                    read += whole
+                if whole < count:
+                    break
+            proc.stdout.close()
+            stderr = proc.stderr.read().decode(errors="replace")
+            code = proc.wait()
+            if self._stop.is_set():
+                return
+            if read < self._frames:
+                raise FfmpegError(
+                    f"decoding ended after {read} of {self._frames} frames (exit {code})",
+                    stderr=stderr,
+                    code="media_truncated" if code == 0 else "ffmpeg_failed",
+                )
+            self._put(_DONE)
+        except BaseException as exc:  # handed to the consumer, who raises it
+            self._put(exc)
+
+    def _put(self, item: object) -> None:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.2)
+                return
+            except queue.Full:
+                continue
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.kill()
+            self._proc.wait()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def __enter__(self) -> FrameReader:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+class FrameWriter:
+    """Encode batches of BGR frames into ``output``; writes happen on a thread, ``depth`` batches behind."""
+
+    def __init__(
+        self, output: Path, *, width: int, height: int, fps: str, options: EncoderOptions, depth: int = 2
+    ) -> None:
+        self._proc = subprocess.Popen(
+            encode_args(output, width, height, fps, options),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        self._queue: queue.Queue[FrameBatch | None] = queue.Queue(maxsize=depth)
+        self._error: BaseException | None = None
+        self._shape = (height, width, 3)
+        self.frames_written = 0
+        self._thread = threading.Thread(target=self._drain, name="frame-writer", daemon=True)
+        self._thread.start()
+
+    def write(self, batch: FrameBatch) -> None:
+        if batch.shape[1:] != self._shape or batch.dtype != np.uint8:
+            raise ValueError(f"frames of shape {batch.shape[1:]} {batch.dtype}, expected {self._shape} uint8")
+        if self._error is not None:
+            raise self._error
+        self._queue.put(batch)
+
+    def _drain(self) -> None:
+        stdin = self._proc.stdin
+        assert stdin is not None
+        try:
+            while (batch := self._queue.get()) is not None:
+                if self._error is None:
+                    stdin.write(np.ascontiguousarray(batch).tobytes())
+                    self.frames_written += len(batch)
+        except BaseException as exc:
+            self._error = exc
+            while self._queue.get() is not None:  # keep the producer from blocking forever
+                pass
+
+    def close(self) -> None:
+        """Flush, wait for ffmpeg, and raise if it failed.
+
+        Raises:
+            FfmpegError: the encoder exited non-zero or the pipe broke.
+        """
+        self._queue.put(None)
+        self._thread.join()
+        assert self._proc.stdin is not None and self._proc.stderr is not None
+        try:
+            self._proc.stdin.close()
+        except BrokenPipeError:
+            pass
+        stderr = self._proc.stderr.read().decode(errors="replace")
+        code = self._proc.wait()
+        if code != 0 or self._error is not None:
+            raise FfmpegError(f"encoding failed (exit {code})", stderr=stderr)
+
+    def abort(self) -> None:
+        if self._proc.poll() is None:
+            self._proc.kill()
+        self._queue.put(None)
+        self._thread.join(timeout=5)
+        self._proc.wait()

@@ -1,0 +1,101 @@
+"""``face_enhancer``: restores the selected faces of every frame with a face-restoration model.
+
+Per batch of frames: detect, select, align every selected face of the whole batch onto the enhancer's template,
+enhance them ``settings.batch_size`` faces per engine call, and paste them back. ``enhancer_blend`` (0–100) is how
+much of the enhanced face shows, as FaceFusion's ``face_enhancer_blend``: it scales the feathered box mask.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import numpy as np
+
+from shared.errors import InvalidOptionsError
+from workers.faces.alignment import box_mask
+from workers.faces.cropping import gather_crops, map_batches, paste_crops
+from workers.faces.detection import FaceDetector
+from workers.faces.enhancing import FaceEnhancer
+from workers.faces.recognition import FaceEmbedder
+from workers.processors.base import FrameBatch, ProcessorContext, register
+from workers.processors.targeting import FaceTargeter
+
+logger = logging.getLogger(__name__)
+
+
+class FaceEnhancerProcessor:
+    """Enhances the targeted faces of each batch of frames.
+
+    Args:
+        enhancer: the restoration model.
+        targeter: picks the faces to enhance.
+        weight: the model's fidelity weight (CodeFormer's ``w``; other models ignore it).
+        blend: 0–100, the share of the enhanced face in the result.
+        batch_size: faces per enhancer call.
+        mask_blur, mask_padding: the paste-back box mask (:func:`workers.faces.alignment.box_mask`).
+    """
+
+    def __init__(
+        self,
+        enhancer: FaceEnhancer,
+        targeter: FaceTargeter,
+        *,
+        weight: float = 0.5,
+        blend: int = 80,
+        batch_size: int = 8,
+        mask_blur: float = 0.3,
+        mask_padding: Sequence[int] = (0, 0, 0, 0),
+    ) -> None:
+        self.enhancer = enhancer
+        self.targeter = targeter
+        self.weight = weight
+        self.batch_size = batch_size
+        self.mask = (box_mask(enhancer.size, mask_blur, mask_padding) * np.float32(blend / 100)).astype(np.float32)
+
+    @classmethod
+    def from_context(
+        cls,
+        context: ProcessorContext,
+        *,
+        detector: FaceDetector | None = None,
+        embedder: FaceEmbedder | None = None,
+        enhancer: FaceEnhancer | None = None,
+    ) -> FaceEnhancerProcessor:
+        """Build from a job's context, loading through the model registry every model not given.
+
+        Raises:
+            InvalidOptionsError: no enhancer model chosen, or reference mode without a source image.
+            ModelError: a model cannot be found or downloaded.
+        """
+        face = context.options.face
+        settings = context.settings
+        if enhancer is None:
+            if face.enhancer is None:
+                raise InvalidOptionsError("face_enhancer needs an enhancer model (options.face.enhancer)")
+            enhancer = FaceEnhancer.load(face.enhancer, settings)
+        targeter = FaceTargeter.load(face, context.sources, settings, detector=detector, embedder=embedder)
+        return cls(
+            enhancer,
+            targeter,
+            weight=face.codeformer_weight,
+            blend=face.enhancer_blend,
+            batch_size=settings.batch_size,
+            mask_blur=face.mask_blur,
+            mask_padding=face.mask_padding,
+        )
+
+    def process(self, frames: FrameBatch) -> FrameBatch:
+        """The frames with every targeted face enhanced."""
+        targets = self.targeter.targets(frames)
+        faces = gather_crops(frames, targets, self.enhancer.template, self.enhancer.size)
+        if len(faces) == 0:
+            return frames
+        enhanced = map_batches(faces.crops, lambda crops: self.enhancer.enhance(crops, self.weight), self.batch_size)
+        logger.debug("enhanced %s faces in %s frames", len(faces), len(frames))
+        return paste_crops(frames, faces, enhanced, self.mask)
+
+
+@register("face_enhancer")
+def _build(context: ProcessorContext) -> FaceEnhancerProcessor:
+    return FaceEnhancerProcessor.from_context(context)

@@ -1,0 +1,109 @@
+"""``face_swapper``: puts the source identity on the selected faces of every frame.
+
+Per batch of frames: detect (one detector call per frame), select, align every selected face of the whole batch
+onto the swapper's template, swap them ``settings.batch_size`` faces per engine call, and paste them back with a
+feathered box mask. The source identity is computed once, when the processor is built (see
+:mod:`workers.processors.targeting` for which source images count as identity and which as reference).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from shared.errors import InvalidOptionsError
+from workers.faces.alignment import box_mask
+from workers.faces.cropping import gather_crops, map_batches, paste_crops
+from workers.faces.detection import FaceDetector
+from workers.faces.recognition import FaceEmbedder, source_identity
+from workers.faces.swapping import FaceSwapper
+from workers.processors.base import FrameBatch, ProcessorContext, register
+from workers.processors.targeting import FaceTargeter, identity_sources
+
+logger = logging.getLogger(__name__)
+
+FloatArray = npt.NDArray[np.float32]
+
+
+class FaceSwapperProcessor:
+    """Swaps the targeted faces of each batch of frames to one identity.
+
+    Args:
+        swapper: the swap model.
+        targeter: picks the faces to swap.
+        identity: the source identity, a unit ArcFace embedding [512] (:func:`source_identity`).
+        batch_size: faces per swapper call.
+        mask_blur, mask_padding: the paste-back box mask (:func:`workers.faces.alignment.box_mask`).
+    """
+
+    def __init__(
+        self,
+        swapper: FaceSwapper,
+        targeter: FaceTargeter,
+        identity: FloatArray,
+        *,
+        batch_size: int = 8,
+        mask_blur: float = 0.3,
+        mask_padding: Sequence[int] = (0, 0, 0, 0),
+    ) -> None:
+        self.swapper = swapper
+        self.targeter = targeter
+        self.batch_size = batch_size
+        self.latent: Any = swapper.source_latent(np.asarray(identity, dtype=np.float32).reshape(1, -1))
+        self.mask = box_mask(swapper.size, mask_blur, mask_padding)
+
+    @classmethod
+    def from_context(
+        cls,
+        context: ProcessorContext,
+        *,
+        detector: FaceDetector | None = None,
+        embedder: FaceEmbedder | None = None,
+        swapper: FaceSwapper | None = None,
+    ) -> FaceSwapperProcessor:
+        """Build from a job's context, loading through the model registry every model not given.
+
+        Raises:
+            InvalidOptionsError: no swapper model chosen, or no source image.
+            SourceImageError, NoFaceInSourceError: a source image is unreadable or shows no face.
+            ModelError: a model cannot be found or downloaded.
+        """
+        face = context.options.face
+        settings = context.settings
+        if swapper is None:
+            if face.swapper is None:
+                raise InvalidOptionsError("face_swapper needs a swapper model (options.face.swapper)")
+            swapper = FaceSwapper.load(face.swapper, settings)
+        if not context.sources:
+            raise InvalidOptionsError("face_swapper needs at least one source image")
+        detector = detector or FaceDetector.load(face, settings)
+        embedder = embedder or FaceEmbedder.load(settings)
+        identity = source_identity(identity_sources(context.sources, face.selector_mode), detector, embedder)
+        targeter = FaceTargeter.load(face, context.sources, settings, detector=detector, embedder=embedder)
+        return cls(
+            swapper,
+            targeter,
+            identity,
+            batch_size=settings.batch_size,
+            mask_blur=face.mask_blur,
+            mask_padding=face.mask_padding,
+        )
+
+    def process(self, frames: FrameBatch) -> FrameBatch:
+        """The frames with every targeted face swapped."""
+        targets = self.targeter.targets(frames)
+        faces = gather_crops(frames, targets, self.swapper.template, self.swapper.size)
+        if len(faces) == 0:
+            return frames
+        swapped = map_batches(faces.crops, lambda crops: self.swapper.swap(crops, self.latent), self.batch_size)
+        logger.debug("swapped %s faces in %s frames", len(faces), len(frames))
+        return paste_crops(frames, faces, swapped, self.mask)
+
+
+@register("face_swapper")
+def _build(context: ProcessorContext) -> FaceSwapperProcessor:
+    return FaceSwapperProcessor.from_context(context)

@@ -1,0 +1,129 @@
+"""The ``render_chunk`` step: claim the chunk, decode its frames, run the processors, encode, upload, mark done.
+
+A heartbeat thread extends the chunk's lease while the chunk renders. When the heartbeat finds the lease gone
+(the reaper gave the chunk to another worker, or the job was cancelled) the render stops between batches and its
+partial output is thrown away.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
+from shared import jobs
+from shared.db import session_scope
+from shared.errors import LeaseLostError, ProcessorError, SwapfarmError
+from shared.media import MediaInfo
+from shared.options import JobOptions
+from shared.tasks import RENDER_CHUNK, STITCH, STITCH_QUEUE, ChunkPayload, JobPayload, render_queue
+from workers.frames import FrameReader, FrameWriter
+from workers.leases import Heartbeat
+from workers.processors import ProcessorContext, build
+from workers.runtime import Runtime
+
+logger = logging.getLogger(__name__)
+
+
+@contextmanager
+def _local_sources(rt: Runtime, urls: list[str], scratch: Path) -> Iterator[list[Path]]:
+    with ExitStack() as stack:
+        yield [stack.enter_context(rt.storage.local_copy(url, scratch)) for url in urls]
+
+
+def render_chunk(job_id: str, chunk_id: str, rt: Runtime) -> None:
+    settings = rt.settings
+    with session_scope(rt.db) as session:
+        claim = jobs.claim_chunk(
+            session, chunk_id, worker=rt.hostname, family=rt.family, lease_seconds=settings.lease_seconds
+        )
+        job = jobs.get_job(session, job_id) if claim else None
+        if claim is None or job is None:
+            logger.info("job %s chunk %s: not rendering (done, held or job not rendering)", job_id, chunk_id)
+            return
+        options = JobOptions.model_validate(job.options)
+        media = MediaInfo.from_json(job.media or {})
+        target_url, source_urls = job.target_url, list(job.source_urls)
+    logger.info(
+        "job %s chunk %s: rendering frames %d..%d (attempt %d)",
+        job_id, chunk_id, claim.frame_start, claim.frame_end - 1, claim.attempt,
+    )  # fmt: skip
+    started = time.monotonic()
+    try:
+        output_url = _render(rt, claim, options, media, target_url, source_urls)
+        with session_scope(rt.db) as session:
+            last = jobs.finish_chunk(session, claim, output_url, time.monotonic() - started)
+    except LeaseLostError:
+        logger.info("job %s chunk %s: lease lost; another attempt owns the chunk", job_id, chunk_id)
+        return
+    except Exception as exc:
+        error = exc if isinstance(exc, SwapfarmError) else ProcessorError(f"{type(exc).__name__}: {exc}")
+        logger.warning("job %s chunk %s: attempt %d failed: %s", job_id, chunk_id, claim.attempt, error)
+        with session_scope(rt.db) as session:
+            outcome = jobs.fail_chunk(session, claim, error, settings.max_attempts)
+        if outcome.retry:
+            countdown = settings.retry_backoff_seconds * 2 ** (claim.attempt - 1)
+            payload = ChunkPayload(job_id=job_id, chunk_id=chunk_id)
+            rt.dispatcher.send(RENDER_CHUNK, payload, queue=render_queue(options.family), countdown=countdown)
+        return
+    logger.info("job %s chunk %s: done in %.1fs", job_id, chunk_id, time.monotonic() - started)
+    if last:
+        rt.dispatcher.send(STITCH, JobPayload(job_id=job_id), queue=STITCH_QUEUE)
+
+
+def _render(
+    rt: Runtime,
+    claim: jobs.ChunkClaim,
+    options: JobOptions,
+    media: MediaInfo,
+    target_url: str,
+    source_urls: list[str],
+) -> str:
+    frames = claim.frame_end - claim.frame_start
+    progress = [0]  # frames done, read by the heartbeat thread
+    scratch = rt.scratch / claim.job_id
+    scratch.mkdir(parents=True, exist_ok=True)
+    with (
+        rt.storage.local_copy(target_url, scratch) as target,
+        _local_sources(rt, source_urls, scratch) as sources,
+        tempfile.TemporaryDirectory(dir=scratch) as tmp,
+        Heartbeat(lambda: _beat(rt, claim, progress[0]), rt.settings.heartbeat_seconds, claim.chunk_id) as beat,
+    ):
+        context = ProcessorContext(options=options, sources=sources, settings=rt.settings)
+        processors = [build(name, context) for name in options.processors]
+        encoded = Path(tmp) / f"{claim.index:05d}.mp4"
+        reader = FrameReader(
+            target,
+            seek_seconds=claim.seek_seconds,
+            frames=frames,
+            width=media.width,
+            height=media.height,
+            batch_size=rt.settings.batch_size,
+        )
+        writer = FrameWriter(encoded, width=media.width, height=media.height, fps=media.fps, options=options.encoder)
+        try:
+            with reader:
+                for batch in reader:
+                    for processor in processors:
+                        batch = processor.process(batch)
+                    writer.write(batch)
+                    progress[0] += len(batch)
+                    if not beat.alive:
+                        raise LeaseLostError(f"chunk {claim.chunk_id}: lease lost or job cancelled")
+            writer.close()
+        except BaseException:
+            writer.abort()
+            raise
+        if writer.frames_written != frames:
+            raise ProcessorError(f"chunk produced {writer.frames_written} frames, expected {frames}")
+        output_url = rt.storage.job_url(claim.job_id, "chunks", f"{claim.index:05d}-{claim.token}.mp4")
+        rt.storage.upload(encoded, output_url)
+    return output_url
+
+
+def _beat(rt: Runtime, claim: jobs.ChunkClaim, frames_done: int) -> bool:
+    with session_scope(rt.db) as session:
+        return jobs.heartbeat(session, claim, frames_done, rt.settings.lease_seconds)

@@ -1,0 +1,29 @@
+"""What every step needs from the process that runs it: settings, storage, a dispatcher and who it is."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from shared.dispatch import Dispatcher
+from shared.settings import Settings
+from shared.storage import Storage
+
+
+@dataclass(frozen=True)
+class Runtime:
+    settings: Settings
+    storage: Storage
+    dispatcher: Dispatcher
+    hostname: str
+    family: str
+
+    @property
+    def db(self) -> str:
+        return self.settings.database_url
+
+    @property
+    def scratch(self) -> Path:
+        path = self.settings.work_dir.expanduser().resolve()
+        path.mkdir(parents=True, exist_ok=True)
+        return path

@@ -1,0 +1,88 @@
+"""The ``stitch`` step: concatenate the chunks by stream copy, add the original audio once, publish atomically.
+
+The output is written to a temporary name and moved into place, so no reader ever sees half a file; a stitcher
+killed mid-way leaves only the job's lease to expire, and the reaper sends the stitch again.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from contextlib import ExitStack
+from pathlib import Path
+
+from shared import jobs
+from shared.db import session_scope
+from shared.errors import LeaseLostError, SwapfarmError
+from shared.media import MediaInfo, frame_times
+from shared.options import JobOptions
+from workers import ffmpeg
+from workers.leases import Heartbeat
+from workers.runtime import Runtime
+
+logger = logging.getLogger(__name__)
+
+
+def stitch(job_id: str, rt: Runtime) -> None:
+    lease = rt.settings.lease_seconds
+    with session_scope(rt.db) as session:
+        token = jobs.begin_stitch(session, job_id, lease)
+        job = jobs.get_job(session, job_id) if token else None
+        if token is None or job is None:
+            logger.info("job %s: not stitching (done, held, or not ready)", job_id)
+            return
+        chunk_urls = jobs.chunk_outputs(session, job_id)
+        options = JobOptions.model_validate(job.options)
+        media = MediaInfo.from_json(job.media or {})
+        target_url, frames_total = job.target_url, job.frames_total
+    output_url = rt.storage.job_url(job_id, "output.mp4")
+    scratch = rt.scratch / job_id
+    scratch.mkdir(parents=True, exist_ok=True)
+    try:
+        with (
+            tempfile.TemporaryDirectory(dir=scratch) as tmp_name,
+            ExitStack() as stack,
+            Heartbeat(lambda: _beat(rt, job_id, token), rt.settings.heartbeat_seconds, job_id) as beat,
+        ):
+            tmp = Path(tmp_name)
+            parts = [stack.enter_context(rt.storage.local_copy(url, tmp)) for url in chunk_urls]
+            list_file = tmp / "chunks.txt"
+            list_file.write_text(ffmpeg.concat_list(parts))
+            stitched = tmp / "output.mp4"
+            with rt.storage.local_copy(target_url, scratch) as target:
+                ffmpeg.run(
+                    ffmpeg.stitch_args(
+                        list_file,
+                        target if media.has_audio else None,
+                        media.audio_codec,
+                        stitched,
+                        provenance=options.changes_faces,
+                    ),
+                    what="stitch",
+                )
+            counted = len(frame_times(stitched))
+            if frames_total is not None and counted != frames_total:
+                raise SwapfarmError(
+                    f"stitched output has {counted} frames, expected {frames_total}", code="stitch_mismatch"
+                )
+            if not beat.alive:
+                raise LeaseLostError(f"job {job_id}: stitch lease lost")
+            rt.storage.upload(stitched, output_url)
+        with session_scope(rt.db) as session:
+            if not jobs.finish_job(session, job_id, token, output_url):
+                raise LeaseLostError(f"job {job_id}: stitch lease lost before publishing")
+    except LeaseLostError:
+        logger.info("job %s: stitch lease lost; another stitcher owns it", job_id)
+        return
+    except SwapfarmError as exc:
+        logger.error("job %s: stitch failed: %s", job_id, exc)
+        with session_scope(rt.db) as session:
+            jobs.fail_job(session, job_id, exc.code, exc.message)
+        return
+    rt.storage.delete(rt.storage.job_url(job_id, "chunks"), recursive=True)
+    logger.info("job %s: succeeded, %s", job_id, output_url)
+
+
+def _beat(rt: Runtime, job_id: str, token: str) -> bool:
+    with session_scope(rt.db) as session:
+        return jobs.extend_job_lease(session, job_id, token, rt.settings.lease_seconds)
