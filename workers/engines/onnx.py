@@ -1,0 +1,184 @@
+"""ONNX Runtime behind the :class:`~workers.engines.base.Engine` protocol.
+
+Sessions are created once per process per model file and provider list, and shared by every engine that loads
+the same file. Providers are ordered by accelerator family, kept to those this ONNX Runtime build offers, and
+may be overridden by ``settings.execution_providers``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from shared.errors import ModelError
+from shared.options import AcceleratorFamily
+from shared.settings import Settings
+from workers.engines.base import Tensor
+from workers.engines.family import detect_family
+
+logger = logging.getLogger(__name__)
+
+CPU_PROVIDER = "CPUExecutionProvider"
+
+PROVIDER_ORDER: Mapping[AcceleratorFamily, tuple[str, ...]] = {
+    "cuda": ("TensorrtExecutionProvider", "CUDAExecutionProvider", CPU_PROVIDER),
+    "rocm": ("MIGraphXExecutionProvider", "ROCMExecutionProvider", CPU_PROVIDER),
+    "openvino": ("OpenVINOExecutionProvider", CPU_PROVIDER),
+    "mps": ("CoreMLExecutionProvider", CPU_PROVIDER),
+    "cpu": (CPU_PROVIDER,),
+}
+"""The providers tried for each family, best first."""
+
+# ONNX element types as ONNX Runtime names them, and the numpy dtype fed for each.
+_DTYPES: Mapping[str, np.dtype[Any]] = {
+    "tensor(float)": np.dtype(np.float32),
+    "tensor(float16)": np.dtype(np.float16),
+    "tensor(double)": np.dtype(np.float64),
+    "tensor(int64)": np.dtype(np.int64),
+    "tensor(int32)": np.dtype(np.int32),
+    "tensor(uint8)": np.dtype(np.uint8),
+    "tensor(bool)": np.dtype(np.bool_),
+}
+
+# A dimension as ONNX Runtime reports it: a size, a symbolic name, or None.
+Dimension = int | str | None
+
+
+def choose_providers(
+    family: AcceleratorFamily, available: Iterable[str], override: Sequence[str] | None = None
+) -> tuple[str, ...]:
+    """The providers to use, best first: ``override`` if given, else the family's order; either way kept to
+    the ``available`` ones.
+
+    Raises:
+        ModelError: none of the wanted providers is available.
+    """
+    offered = set(available)
+    wanted = tuple(override) if override else PROVIDER_ORDER[family]
+    chosen = tuple(provider for provider in wanted if provider in offered)
+    missing = [provider for provider in wanted if provider not in offered]
+    if override and missing:
+        logger.warning("execution providers %s are not available here; using %s", missing, chosen)
+    if not chosen:
+        raise ModelError(f"none of the execution providers {list(wanted)} is available (have {sorted(offered)})")
+    return chosen
+
+
+def _provider_options(provider: str, settings: Settings) -> dict[str, str]:
+    """Options for one chosen provider. TensorRT builds an engine per model and input shape: keeping the
+    builds on disk (the folder is made here) pays that cost once per machine, not once per process."""
+    if provider != "TensorrtExecutionProvider":
+        return {}
+    cache = settings.model_cache_dir.expanduser() / "tensorrt"
+    cache.mkdir(parents=True, exist_ok=True)
+    return {"trt_engine_cache_enable": "True", "trt_engine_cache_path": str(cache)}
+
+
+@cache
+def _session(path: str, mtime_ns: int, providers: tuple[tuple[str, tuple[tuple[str, str], ...]], ...]) -> Any:
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.log_severity_level = 3  # ORT warns about unused initializers (inswapper's emap) on every load
+    try:
+        return onnxruntime.InferenceSession(
+            path,
+            sess_options=options,
+            providers=[(name, dict(provider_options)) for name, provider_options in providers],
+        )
+    except Exception as error:  # ORT raises its own untyped exceptions for unreadable or invalid files
+        raise ModelError(f"cannot load model {path}: {error}") from error
+
+
+class OnnxEngine:
+    """One ONNX model, run by ONNX Runtime.
+
+    Inputs are cast to the dtypes the model declares (so an fp16 model can be fed float32), and checked to be
+    exactly the model's inputs.
+    """
+
+    def __init__(self, session: Any, *, spatial_size: int | None = None) -> None:
+        self._session = session
+        self._spatial_size = spatial_size
+        inputs = session.get_inputs()
+        self._input_names = tuple(str(node.name) for node in inputs)
+        self._output_names = tuple(str(node.name) for node in session.get_outputs())
+        self._input_shapes: dict[str, tuple[Dimension, ...]] = {node.name: tuple(node.shape) for node in inputs}
+        self._input_dtypes = {node.name: _DTYPES.get(node.type, np.dtype(np.float32)) for node in inputs}
+
+    @classmethod
+    def load(cls, path: Path, settings: Settings, *, spatial_size: int | None = None) -> OnnxEngine:
+        """An engine for the model file at ``path``, on the providers chosen for this worker.
+
+        ``spatial_size`` fills dynamic dimensions other than the batch for :meth:`warmup` (a detector's
+        ``[N, 3, ?, ?]``).
+
+        Raises:
+            ModelError: the file cannot be loaded, or no wanted execution provider is available.
+        """
+        import onnxruntime
+
+        family = detect_family(settings)
+        providers = choose_providers(family, onnxruntime.get_available_providers(), settings.execution_providers)
+        resolved = path.resolve()
+        try:
+            mtime_ns = resolved.stat().st_mtime_ns
+        except OSError as error:
+            raise ModelError(f"cannot load model {path}: {error}") from error
+        keyed = tuple((name, tuple(sorted(_provider_options(name, settings).items()))) for name in providers)
+        session = _session(str(resolved), mtime_ns, keyed)
+        logger.info("model %s on %s (family %s)", path.name, ", ".join(session.get_providers()), family)
+        return cls(session, spatial_size=spatial_size)
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        return self._input_names
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        return self._output_names
+
+    @property
+    def providers(self) -> tuple[str, ...]:
+        """The providers the session runs on, in priority order."""
+        return tuple(self._session.get_providers())
+
+    def input_shape(self, name: str) -> tuple[Dimension, ...]:
+        """The declared shape of input ``name``: sizes, or symbolic names/``None`` where dynamic."""
+        return self._input_shapes[name]
+
+    def fixed_batch(self, name: str) -> int | None:
+        """The batch size input ``name`` is fixed to, or ``None`` if its leading dimension is dynamic."""
+        leading = self._input_shapes[name][0] if self._input_shapes[name] else None
+        return leading if isinstance(leading, int) else None
+
+    def run(self, inputs: Mapping[str, Tensor]) -> list[Tensor]:
+        """Run one batch; outputs in the model's output order.
+
+        Raises:
+            ValueError: ``inputs`` does not name exactly the model's inputs.
+        """
+        if set(inputs) != set(self._input_names):
+            raise ValueError(f"model inputs are {list(self._input_names)}, got {sorted(inputs)}")
+        feed = {name: np.asarray(value, dtype=self._input_dtypes[name]) for name, value in inputs.items()}
+        outputs: list[Tensor] = self._session.run(None, feed)
+        return outputs
+
+    def warmup(self) -> None:
+        """Run once on zeros of the model's input shapes (batch 1) so the first real batch is not slow."""
+        shapes = {name: self._concrete(shape) for name, shape in self._input_shapes.items()}
+        if any(shape is None for shape in shapes.values()):
+            logger.debug("warmup skipped: dynamic input sizes and no spatial_size given")
+            return
+        self.run({name: np.zeros(shape or (), self._input_dtypes[name]) for name, shape in shapes.items()})
+
+    def _concrete(self, shape: tuple[Dimension, ...]) -> tuple[int, ...] | None:
+        sizes = [
+            dim if isinstance(dim, int) else (1 if axis == 0 else self._spatial_size) for axis, dim in enumerate(shape)
+        ]
+        return None if any(size is None for size in sizes) else tuple(size for size in sizes if size is not None)

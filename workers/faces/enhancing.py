@@ -1,0 +1,136 @@
+"""Face enhancement (restoration): aligned crops in, restored crops out.
+
+What differs between enhancers is data (:data:`ENHANCERS`): the registry entry (template, crop size,
+normalisation, colour order), the image input's name, the output's value range, and whether the model takes a
+fidelity ``weight`` (CodeFormer: a float64 ``[1]`` tensor, 0 = most restoration, 1 = most faithful).
+Blending the result back over the original is the caller's choice (``enhancer_blend``), not done here.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+import numpy as np
+import numpy.typing as npt
+
+from shared.errors import ModelError
+from shared.options import Enhancer
+from shared.settings import Settings
+from workers.engines.base import Engine
+from workers.engines.batching import Indices, run_in_batches
+from workers.engines.onnx import OnnxEngine
+from workers.faces.tensors import CropFormat, Crops
+from workers.models.download import resolve
+from workers.models.registry import REGISTRY, ModelSpec, TemplateName
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class EnhancerSpec:
+    """How to feed one enhancer model; image facts come from its registry entry ``model``."""
+
+    model: ModelSpec
+    image_input: str
+    output_range: tuple[float, float]
+    weight_input: str | None = None
+
+
+ENHANCERS: Mapping[Enhancer, EnhancerSpec] = MappingProxyType(
+    {
+        "gfpgan_1.4": EnhancerSpec(REGISTRY["gfpgan_1.4"], "input", (-1.0, 1.0)),
+        "gpen_bfr_512": EnhancerSpec(REGISTRY["gpen_bfr_512"], "input", (-1.0, 1.0)),
+        "codeformer": EnhancerSpec(REGISTRY["codeformer"], "input", (-1.0, 1.0), weight_input="weight"),
+    }
+)
+"""Every enhancer of :data:`shared.options.Enhancer`, by name."""
+
+
+class FaceEnhancer:
+    """One enhancer model, ready to restore batches of aligned crops.
+
+    Build it with :meth:`load`; tests may build it from any :class:`~workers.engines.base.Engine` and a spec.
+
+    Example::
+
+        enhancer = FaceEnhancer.load("codeformer", settings)
+        restored = enhancer.enhance(crops, weight=0.5)   # [N, 512, 512, 3] BGR → same
+    """
+
+    def __init__(self, spec: EnhancerSpec, engine: Engine, *, fixed_batch: int | None = None) -> None:
+        """``fixed_batch`` is the batch size the model is fixed to, ``None`` if its batch is dynamic.
+
+        Raises:
+            ModelError: the engine lacks an input the spec names, or the spec's model does not take face
+                crops.
+        """
+        wanted = {spec.image_input} | ({spec.weight_input} if spec.weight_input else set())
+        missing = wanted - set(engine.input_names)
+        if missing:
+            raise ModelError(f"model {spec.model.name} has no input {sorted(missing)}: {engine.input_names}")
+        self._spec = spec
+        self._engine = engine
+        self._fixed_batch = fixed_batch
+        self._format = CropFormat.of(spec.model)
+
+    @classmethod
+    def load(cls, name: Enhancer, settings: Settings) -> FaceEnhancer:
+        """Resolve (download if needed) and load enhancer ``name``.
+
+        Raises:
+            ModelError: the model cannot be found, verified or loaded.
+        """
+        spec = ENHANCERS[name]
+        engine = OnnxEngine.load(resolve(spec.model.name, settings), settings)
+        fixed_batch = engine.fixed_batch(spec.image_input)
+        if fixed_batch is not None:
+            logger.info("enhancer %s takes %s face(s) per call; larger batches are split", name, fixed_batch)
+        return cls(spec, engine, fixed_batch=fixed_batch)
+
+    @property
+    def name(self) -> str:
+        """The model's registry name."""
+        return self._spec.model.name
+
+    @property
+    def engine(self) -> Engine:
+        """The engine that runs the model (for ``warmup``)."""
+        return self._engine
+
+    @property
+    def template(self) -> TemplateName:
+        """The alignment template the crops must be warped to."""
+        return self._format.template
+
+    @property
+    def size(self) -> int:
+        """The side of the square crops, in pixels."""
+        return self._format.size
+
+    def enhance(self, crops: Crops, weight: float = 0.5) -> Crops:
+        """Restore every crop; one engine call for the batch where the model allows.
+
+        Args:
+            crops: uint8 ``[N, S, S, 3]`` BGR, aligned to :attr:`template` at :attr:`size`.
+            weight: fidelity in [0, 1] for models that take one (CodeFormer); ignored by the others.
+
+        Raises:
+            ValueError: the crops are not ``[N, size, size, 3]`` uint8, or ``weight`` is outside [0, 1].
+        """
+        if not 0.0 <= weight <= 1.0:
+            raise ValueError(f"weight must be in [0, 1], got {weight}")
+        image = self._format.to_tensor(crops)
+        if len(crops) == 0:
+            return crops.copy()
+        shared: dict[str, npt.NDArray[np.generic]] = (
+            {self._spec.weight_input: np.array([weight], np.float64)} if self._spec.weight_input else {}
+        )
+
+        def inputs(items: Indices) -> dict[str, npt.NDArray[np.generic]]:
+            return {self._spec.image_input: image[items], **shared}
+
+        output = run_in_batches(self._engine, len(crops), inputs, self._fixed_batch)[0]
+        return self._format.to_crops(output, self._spec.output_range)

@@ -1,0 +1,255 @@
+"""Face swapping: aligned target crops and a source identity in, swapped crops out.
+
+What differs between swappers is data (:data:`SWAPPERS`): the registry entry (template, crop size,
+normalisation, colour order), the input names, the output's value range, and how the source identity becomes
+the model's latent:
+
+* ``emap_projection`` (inswapper): ``l = e · emap / ‖e‖`` with ``emap`` the model's last initializer, as
+  FaceFusion computes it (not re-normalised, so ‖l‖ is well above 1);
+* ``normalised`` (hyperswap): the L2-normalised identity;
+* ``converted`` (simswap): the identity through an embedding converter model (crossface), then L2-normalised.
+
+The identity of several source images is the mean of their L2-normalised ArcFace embeddings.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Literal, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from shared.errors import ModelError
+from shared.options import Swapper
+from shared.settings import Settings
+from workers.engines.base import Engine
+from workers.engines.batching import Indices, run_in_batches
+from workers.engines.onnx import OnnxEngine
+from workers.faces.tensors import CropFormat, Crops
+from workers.models.download import resolve
+from workers.models.registry import REGISTRY, ModelSpec, TemplateName
+
+logger = logging.getLogger(__name__)
+
+Embeddings = npt.NDArray[np.float32]
+Latent = npt.NDArray[np.float32]
+LatentKind = Literal["emap_projection", "normalised", "converted"]
+
+EMBEDDING_SIZE = 512
+
+
+@dataclass(frozen=True)
+class SwapperSpec:
+    """How to feed one swapper model; image facts come from its registry entry ``model``."""
+
+    model: ModelSpec
+    target_input: str
+    source_input: str
+    output_range: tuple[float, float]
+    latent: LatentKind
+    converter: ModelSpec | None = None
+
+
+SWAPPERS: Mapping[Swapper, SwapperSpec] = MappingProxyType(
+    {
+        "inswapper_128": SwapperSpec(REGISTRY["inswapper_128"], "target", "source", (0.0, 1.0), "emap_projection"),
+        "inswapper_128_fp16": SwapperSpec(
+            REGISTRY["inswapper_128_fp16"], "target", "source", (0.0, 1.0), "emap_projection"
+        ),
+        "hyperswap_1a_256": SwapperSpec(REGISTRY["hyperswap_1a_256"], "target", "source", (-1.0, 1.0), "normalised"),
+        "simswap_256": SwapperSpec(
+            REGISTRY["simswap_256"],
+            "target",
+            "source",
+            (0.0, 1.0),
+            "converted",
+            REGISTRY["crossface_simswap"],
+        ),
+    }
+)
+"""Every swapper of :data:`shared.options.Swapper`, by name."""
+
+
+class LatentConverter(Protocol):
+    """Turns a source identity (mean of L2-normalised embeddings, ``[512]``) into a swapper's latent."""
+
+    def __call__(self, identity: Embeddings) -> Latent: ...
+
+
+@dataclass(frozen=True)
+class EmapProjection:
+    """inswapper's latent: ``identity · emap / ‖identity‖`` (FaceFusion's formula)."""
+
+    emap: npt.NDArray[np.float32]
+
+    def __call__(self, identity: Embeddings) -> Latent:
+        return (identity @ self.emap / np.linalg.norm(identity)).astype(np.float32)
+
+
+@dataclass(frozen=True)
+class Normalised:
+    """The L2-normalised identity itself."""
+
+    def __call__(self, identity: Embeddings) -> Latent:
+        return (identity / np.linalg.norm(identity)).astype(np.float32)
+
+
+@dataclass(frozen=True)
+class Converted:
+    """The identity through an embedding converter model (one ``[N, 512]`` input), then L2-normalised."""
+
+    engine: Engine
+
+    def __call__(self, identity: Embeddings) -> Latent:
+        unit = (identity / np.linalg.norm(identity)).astype(np.float32)
+        converted = np.asarray(self.engine.run({self.engine.input_names[0]: unit[None]})[0][0], np.float32)
+        return (converted / np.linalg.norm(converted)).astype(np.float32)
+
+
+def read_emap(path: Path) -> npt.NDArray[np.float32]:
+    """The ``[512, 512]`` emap of an inswapper file: its last initializer.
+
+    Raises:
+        ModelError: the last initializer is not ``[512, 512]``.
+    """
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(str(path))
+    emap = np.asarray(numpy_helper.to_array(model.graph.initializer[-1]), np.float32)
+    if emap.shape != (EMBEDDING_SIZE, EMBEDDING_SIZE):
+        raise ModelError(f"{path.name}: last initializer is {list(emap.shape)}, not an emap [512, 512]")
+    return emap
+
+
+def _load_emap_projection(spec: SwapperSpec, path: Path, settings: Settings) -> LatentConverter:
+    return EmapProjection(read_emap(path))
+
+
+def _load_normalised(spec: SwapperSpec, path: Path, settings: Settings) -> LatentConverter:
+    return Normalised()
+
+
+def _load_converted(spec: SwapperSpec, path: Path, settings: Settings) -> LatentConverter:
+    if spec.converter is None:
+        raise ModelError(f"swapper {spec.model.name} needs a converter model and names none")
+    return Converted(OnnxEngine.load(resolve(spec.converter.name, settings), settings))
+
+
+_LATENT_LOADERS: Mapping[LatentKind, Callable[[SwapperSpec, Path, Settings], LatentConverter]] = {
+    "emap_projection": _load_emap_projection,
+    "normalised": _load_normalised,
+    "converted": _load_converted,
+}
+
+
+class FaceSwapper:
+    """One swapper model, ready to swap batches of aligned crops.
+
+    Build it with :meth:`load`; tests may build it from any :class:`~workers.engines.base.Engine` and a spec.
+
+    Example::
+
+        swapper = FaceSwapper.load("hyperswap_1a_256", settings)
+        latent = swapper.source_latent(source_embeddings)   # [K, 512] raw ArcFace → [512]
+        swapped = swapper.swap(crops, latent)                # [N, 256, 256, 3] BGR → same
+    """
+
+    def __init__(
+        self, spec: SwapperSpec, engine: Engine, latent: LatentConverter, *, fixed_batch: int | None = None
+    ) -> None:
+        """``fixed_batch`` is the batch size the model is fixed to, ``None`` if its batch is dynamic.
+
+        Raises:
+            ModelError: the engine lacks the target or source input the spec names, or the spec's model does
+                not take face crops.
+        """
+        missing = {spec.target_input, spec.source_input} - set(engine.input_names)
+        if missing:
+            raise ModelError(f"model {spec.model.name} has no input {sorted(missing)}: {engine.input_names}")
+        self._spec = spec
+        self._engine = engine
+        self._latent = latent
+        self._fixed_batch = fixed_batch
+        self._format = CropFormat.of(spec.model)
+
+    @classmethod
+    def load(cls, name: Swapper, settings: Settings) -> FaceSwapper:
+        """Resolve (download if needed) and load swapper ``name`` and whatever its latent needs.
+
+        Raises:
+            ModelError: the model (or its converter) cannot be found, verified or loaded.
+        """
+        spec = SWAPPERS[name]
+        path = resolve(spec.model.name, settings)
+        engine = OnnxEngine.load(path, settings)
+        fixed_batch = engine.fixed_batch(spec.target_input)
+        if fixed_batch is not None:
+            logger.info("swapper %s takes %s face(s) per call; larger batches are split", name, fixed_batch)
+        return cls(spec, engine, _LATENT_LOADERS[spec.latent](spec, path, settings), fixed_batch=fixed_batch)
+
+    @property
+    def name(self) -> str:
+        """The model's registry name."""
+        return self._spec.model.name
+
+    @property
+    def engine(self) -> Engine:
+        """The engine that runs the model (for ``warmup``)."""
+        return self._engine
+
+    @property
+    def template(self) -> TemplateName:
+        """The alignment template the crops must be warped to."""
+        return self._format.template
+
+    @property
+    def size(self) -> int:
+        """The side of the square crops, in pixels."""
+        return self._format.size
+
+    def source_latent(self, embeddings: Embeddings) -> Latent:
+        """The latent of a source identity, from the raw ArcFace embeddings ``[K, 512]`` of its K images.
+
+        Raises:
+            ValueError: ``embeddings`` is not ``[K, 512]`` with K ≥ 1, or an embedding is zero.
+        """
+        vectors = np.asarray(embeddings, np.float32)
+        if vectors.ndim != 2 or vectors.shape[0] < 1 or vectors.shape[1] != EMBEDDING_SIZE:
+            raise ValueError(f"embeddings must be [K, {EMBEDDING_SIZE}] with K ≥ 1, got {list(vectors.shape)}")
+        norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+        if not np.all(norms > 0):
+            raise ValueError("an embedding is all zeros")
+        identity = np.mean(vectors / norms, axis=0).astype(np.float32)
+        if not np.linalg.norm(identity) > 0:
+            raise ValueError("the source embeddings cancel out")
+        return self._latent(identity)
+
+    def swap(self, crops: Crops, latent: Latent) -> Crops:
+        """Swap the identity ``latent`` into every crop; one engine call for the batch where the model allows.
+
+        Args:
+            crops: uint8 ``[N, S, S, 3]`` BGR, aligned to :attr:`template` at :attr:`size`.
+            latent: from :meth:`source_latent`.
+
+        Raises:
+            ValueError: the crops are not ``[N, size, size, 3]`` uint8.
+        """
+        target = self._format.to_tensor(crops)
+        if len(crops) == 0:
+            return crops.copy()
+        source = np.asarray(latent, np.float32).reshape(1, -1)
+
+        def inputs(items: Indices) -> dict[str, npt.NDArray[np.generic]]:
+            return {
+                self._spec.target_input: target[items],
+                self._spec.source_input: np.repeat(source, len(items), axis=0),
+            }
+
+        output = run_in_batches(self._engine, len(crops), inputs, self._fixed_batch)[0]
+        return self._format.to_crops(output, self._spec.output_range)

@@ -1,0 +1,291 @@
+"""The models swapfarm can use: one :class:`ModelSpec` per file, as data.
+
+Facts come from ``docs/MODELS.md`` (FaceFusion 3.x model set). Values that are not confirmed are kept here as
+data and listed in ``ModelSpec.unverified`` so they are easy to find and correct; a ``sha256`` of ``None``
+means no trustworthy hash is known, and verification then reports the file as *unverified* instead of
+passing it.
+
+Pixel normalisation is written for 0–255 pixel values in the model's colour order: the model sees
+``(pixel - mean) / std`` per channel. ``x / 255`` is ``mean 0, std 255``; ``x / 127.5 - 1`` is ``mean 127.5,
+std 127.5``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Literal
+
+ModelKind = Literal["detector", "recognizer", "swapper", "enhancer", "embedding_converter"]
+ColourOrder = Literal["rgb", "bgr"]
+TemplateName = Literal["arcface_112_v1", "arcface_112_v2", "arcface_128", "ffhq_512"]
+# Fields of a spec that may be flagged as not confirmed by a primary source.
+SpecField = Literal["sha256", "size_bytes", "input_names", "output_names", "normalisation", "licence"]
+
+INSIGHTFACE_LICENCE = "insightface pretrained weights: non-commercial research use only"
+
+
+@dataclass(frozen=True)
+class Normalisation:
+    """Per-channel ``(pixel - mean) / std`` on 0–255 values, channels in the model's colour order."""
+
+    mean: tuple[float, float, float]
+    std: tuple[float, float, float]
+
+
+UNIT = Normalisation(mean=(0.0, 0.0, 0.0), std=(255.0, 255.0, 255.0))  # [0, 1]
+SYMMETRIC = Normalisation(mean=(127.5, 127.5, 127.5), std=(127.5, 127.5, 127.5))  # [-1, 1]
+RAW = Normalisation(mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0))  # 0–255 as is
+INSIGHTFACE_DETECTOR = Normalisation(mean=(127.5, 127.5, 127.5), std=(128.0, 128.0, 128.0))
+IMAGENET = Normalisation(mean=(123.675, 116.28, 103.53), std=(58.395, 57.12, 57.375))  # RGB order
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One downloadable model file and the facts needed to feed it.
+
+    ``input_size`` is the square side of the image input (``None`` for a non-image model); ``template`` the
+    alignment template of its face crops (``None`` for detectors, which see whole frames).
+    """
+
+    name: str
+    file_name: str
+    base: str
+    kind: ModelKind
+    sha256: str | None
+    size_bytes: int | None
+    input_size: int | None
+    template: TemplateName | None
+    normalisation: Normalisation | None
+    colour_order: ColourOrder | None
+    input_names: tuple[str, ...]
+    output_names: tuple[str, ...]
+    licence: str
+    unverified: frozenset[SpecField] = field(default_factory=frozenset)
+
+
+_SPECS = (
+    ModelSpec(
+        # The OpenCV Zoo / libfacedetection file; FaceFusion hosts the same bytes as yunet_2023_mar.onnx.
+        name="yunet",
+        file_name="yunet_2023_mar.onnx",
+        base="models-3.4.0",
+        kind="detector",
+        sha256="8f2383e4dd3cfbb4553ea8718107fc0423210dc964f9f4280604804ed2552fa4",
+        size_bytes=232_589,
+        input_size=640,
+        template=None,
+        normalisation=RAW,
+        colour_order="bgr",
+        input_names=("input",),
+        output_names=(
+            *("cls_8", "cls_16", "cls_32", "obj_8", "obj_16", "obj_32"),
+            *("bbox_8", "bbox_16", "bbox_32", "kps_8", "kps_16", "kps_32"),
+        ),
+        licence="Apache-2.0 (libfacedetection.train); MIT (OpenCV Zoo)",
+    ),
+    ModelSpec(
+        name="scrfd_2.5g",
+        file_name="scrfd_2.5g.onnx",
+        base="models-3.0.0",
+        kind="detector",
+        sha256=None,
+        size_bytes=3_295_067,
+        input_size=640,
+        template=None,
+        normalisation=INSIGHTFACE_DETECTOR,
+        colour_order="bgr",
+        input_names=("input",),
+        output_names=(
+            *("score_8", "score_16", "score_32", "bbox_8", "bbox_16", "bbox_32"),
+            *("kps_8", "kps_16", "kps_32"),
+        ),
+        licence=INSIGHTFACE_LICENCE,
+        unverified=frozenset({"output_names"}),
+    ),
+    ModelSpec(
+        name="retinaface_10g",
+        file_name="retinaface_10g.onnx",
+        base="models-3.0.0",
+        kind="detector",
+        sha256="808399c3d0b40ed340634ed590ae564a7caa09e5659916923a95d4470b54ff5a",
+        size_bytes=16_926_877,
+        input_size=640,
+        template=None,
+        normalisation=INSIGHTFACE_DETECTOR,
+        colour_order="bgr",
+        input_names=("input",),
+        output_names=(
+            *("score_8", "score_16", "score_32", "bbox_8", "bbox_16", "bbox_32"),
+            *("kps_8", "kps_16", "kps_32"),
+        ),
+        licence=INSIGHTFACE_LICENCE,
+        unverified=frozenset({"sha256", "output_names"}),
+    ),
+    ModelSpec(
+        name="yoloface_8n",
+        file_name="yoloface_8n.onnx",
+        base="models-3.0.0",
+        kind="detector",
+        sha256="821cdbb1e65fbbabdde7dd0933f754797a343e56fd962729c61ffcefcd135929",
+        size_bytes=12_659_761,
+        input_size=640,
+        template=None,
+        normalisation=UNIT,
+        colour_order="bgr",
+        input_names=("input",),
+        output_names=("output0",),
+        licence="AGPL-3.0 (Ultralytics YOLOv8); face weights by a third party",
+        unverified=frozenset({"output_names", "licence"}),
+    ),
+    ModelSpec(
+        name="arcface_w600k_r50",
+        file_name="arcface_w600k_r50.onnx",
+        base="models-3.0.0",
+        kind="recognizer",
+        sha256="f1f79dc3b0b79a69f94799af1fffebff09fbd78fd96a275fd8f0cbbea23270d1",
+        size_bytes=174_388_474,
+        input_size=112,
+        template="arcface_112_v2",
+        normalisation=SYMMETRIC,
+        colour_order="rgb",
+        input_names=("input",),
+        output_names=("output",),
+        licence=INSIGHTFACE_LICENCE,
+        unverified=frozenset({"output_names"}),
+    ),
+    ModelSpec(
+        name="inswapper_128",
+        file_name="inswapper_128.onnx",
+        base="models-3.0.0",
+        kind="swapper",
+        # FaceFusion's re-export differs from insightface's original (554,253,681 B, sha256 e4a3f08c…16af).
+        sha256=None,
+        size_bytes=555_303_150,
+        input_size=128,
+        template="arcface_128",
+        normalisation=UNIT,
+        colour_order="rgb",
+        input_names=("target", "source"),
+        output_names=("output",),
+        licence=INSIGHTFACE_LICENCE,
+        unverified=frozenset({"output_names"}),
+    ),
+    ModelSpec(
+        name="inswapper_128_fp16",
+        file_name="inswapper_128_fp16.onnx",
+        base="models-3.0.0",
+        kind="swapper",
+        # Two third-party sources agree on this hash; a third gives another (98fae144…bf21).
+        sha256="c4eccca86ad177586c85c28bf1a64a9d9ed237e283a15818d831f7facfd3f420",
+        size_bytes=277_680_829,
+        input_size=128,
+        template="arcface_128",
+        normalisation=UNIT,
+        colour_order="rgb",
+        input_names=("target", "source"),
+        output_names=("output",),
+        licence=INSIGHTFACE_LICENCE,
+        unverified=frozenset({"sha256", "output_names"}),
+    ),
+    ModelSpec(
+        name="hyperswap_1a_256",
+        file_name="hyperswap_1a_256.onnx",
+        base="models-3.3.0",
+        kind="swapper",
+        sha256="c0e98a8a03a238f461ed3d2570e426b49f46745ee400854a60dceeb70c246add",
+        size_bytes=402_742_682,
+        input_size=256,
+        template="arcface_128",
+        normalisation=SYMMETRIC,
+        colour_order="rgb",
+        input_names=("source", "target"),
+        output_names=("output", "mask"),
+        licence="FaceFusion labs release; terms not recorded here",
+        unverified=frozenset({"licence"}),
+    ),
+    ModelSpec(
+        name="simswap_256",
+        file_name="simswap_256.onnx",
+        base="models-3.0.0",
+        kind="swapper",
+        sha256=None,
+        size_bytes=None,
+        input_size=256,
+        template="arcface_112_v1",
+        normalisation=IMAGENET,
+        colour_order="rgb",
+        input_names=("target", "source"),
+        output_names=("output",),
+        licence="SimSwap: non-commercial (CC BY-NC 4.0); identity from insightface ArcFace",
+        unverified=frozenset({"output_names", "licence"}),
+    ),
+    ModelSpec(
+        name="crossface_simswap",
+        file_name="crossface_simswap.onnx",
+        base="models-3.4.0",
+        kind="embedding_converter",
+        sha256=None,
+        size_bytes=None,
+        input_size=None,
+        template=None,
+        normalisation=None,
+        colour_order=None,
+        input_names=("input",),
+        output_names=("output",),
+        licence="FaceFusion labs release; terms not recorded here",
+        unverified=frozenset({"licence"}),
+    ),
+    ModelSpec(
+        name="gfpgan_1.4",
+        file_name="gfpgan_1.4.onnx",
+        base="models-3.0.0",
+        kind="enhancer",
+        sha256="accc4757b26bdb89b32b4d3500d4f79c9dff97c1dd7c7104bf9dcb95e3311385",
+        size_bytes=340_299_087,
+        input_size=512,
+        template="ffhq_512",
+        normalisation=SYMMETRIC,
+        colour_order="rgb",
+        input_names=("input",),
+        output_names=("output",),
+        licence="GFPGAN: Apache-2.0, with StyleGAN2 parts under NVIDIA's licence",
+        unverified=frozenset({"output_names"}),
+    ),
+    ModelSpec(
+        name="gpen_bfr_512",
+        file_name="gpen_bfr_512.onnx",
+        base="models-3.0.0",
+        kind="enhancer",
+        sha256=None,
+        size_bytes=None,
+        input_size=512,
+        template="ffhq_512",
+        normalisation=SYMMETRIC,
+        colour_order="rgb",
+        input_names=("input",),
+        output_names=("output",),
+        licence="GPEN (yangxy/GPEN): see upstream terms",
+        unverified=frozenset({"input_names", "output_names", "licence"}),
+    ),
+    ModelSpec(
+        name="codeformer",
+        file_name="codeformer.onnx",
+        base="models-3.0.0",
+        kind="enhancer",
+        sha256="21710e7ab61c82683576c428e9c1b6fe1ed419586b7b39e394c3449c294b550f",
+        size_bytes=376_951_650,
+        input_size=512,
+        template="ffhq_512",
+        normalisation=SYMMETRIC,
+        colour_order="rgb",
+        input_names=("input", "weight"),
+        output_names=("output",),
+        licence="CodeFormer: S-Lab License 1.0, non-commercial",
+        unverified=frozenset({"sha256", "output_names"}),
+    ),
+)
+
+REGISTRY: Mapping[str, ModelSpec] = MappingProxyType({spec.name: spec for spec in _SPECS})
+"""Every known model, by name."""
