@@ -1,6 +1,12 @@
 """Processors, registered by name. Importing this package registers every built-in processor."""
 
-from workers.processors import passthrough  # noqa: F401  (registers)
+from workers.processors import (  # noqa: F401  (registers)
+    face_blur,
+    face_debugger,
+    face_enhancer,
+    face_swapper,
+    passthrough,
+)
 from workers.processors.base import FrameBatch, Processor, ProcessorContext, build, register, registered
 
 __all__ = ["FrameBatch", "Processor", "ProcessorContext", "build", "register", "registered"]

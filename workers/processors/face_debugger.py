@@ -49,9 +49,7 @@ class FaceDebuggerProcessor:
         self.detector = detector
 
     @classmethod
-    def from_context(
-        cls, context: ProcessorContext, *, detector: FaceDetector | None = None
-    ) -> FaceDebuggerProcessor:
+    def from_context(cls, context: ProcessorContext, *, detector: FaceDetector | None = None) -> FaceDebuggerProcessor:
         """Build from a job's context, loading the detector through the model registry if not given."""
         return cls(detector or FaceDetector.load(context.options.face, context.settings))
 

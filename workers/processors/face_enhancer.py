@@ -1,8 +1,9 @@
 """``face_enhancer``: restores the selected faces of every frame with a face-restoration model.
 
-Per batch of frames: detect, select, align every selected face of the whole batch onto the enhancer's template,
-enhance them ``settings.batch_size`` faces per engine call, and paste them back. ``enhancer_blend`` (0–100) is how
-much of the enhanced face shows, as FaceFusion's ``face_enhancer_blend``: it scales the feathered box mask.
+Per batch of frames: detect, select, align every selected face of the whole batch onto the enhancer's
+template, enhance them ``settings.batch_size`` faces per engine call, and paste them back.
+``enhancer_blend`` (0–100) is how much of the enhanced face shows, as FaceFusion's ``face_enhancer_blend``:
+it scales the feathered box mask.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import logging
 from collections.abc import Sequence
 
 import numpy as np
+import numpy.typing as npt
 
 from shared.errors import InvalidOptionsError
 from workers.faces.alignment import box_mask
@@ -22,6 +24,8 @@ from workers.processors.base import FrameBatch, ProcessorContext, register
 from workers.processors.targeting import FaceTargeter
 
 logger = logging.getLogger(__name__)
+
+FloatArray = npt.NDArray[np.float32]
 
 
 class FaceEnhancerProcessor:
@@ -51,7 +55,7 @@ class FaceEnhancerProcessor:
         self.targeter = targeter
         self.weight = weight
         self.batch_size = batch_size
-        self.mask = (box_mask(enhancer.size, mask_blur, mask_padding) * np.float32(blend / 100)).astype(np.float32)
+        self.mask: FloatArray = box_mask(enhancer.size, mask_blur, mask_padding) * np.float32(blend / 100)
 
     @classmethod
     def from_context(

@@ -1,8 +1,8 @@
 """``face_swapper``: puts the source identity on the selected faces of every frame.
 
-Per batch of frames: detect (one detector call per frame), select, align every selected face of the whole batch
-onto the swapper's template, swap them ``settings.batch_size`` faces per engine call, and paste them back with a
-feathered box mask. The source identity is computed once, when the processor is built (see
+Per batch of frames: detect (one detector call per frame), select, align every selected face of the whole
+batch onto the swapper's template, swap them ``settings.batch_size`` faces per engine call, and paste them
+back with a feathered box mask. The source identity is computed once, when the processor is built (see
 :mod:`workers.processors.targeting` for which source images count as identity and which as reference).
 """
 
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -20,7 +19,7 @@ from workers.faces.alignment import box_mask
 from workers.faces.cropping import gather_crops, map_batches, paste_crops
 from workers.faces.detection import FaceDetector
 from workers.faces.recognition import FaceEmbedder, source_identity
-from workers.faces.swapping import FaceSwapper
+from workers.faces.swapping import FaceSwapper, Latent
 from workers.processors.base import FrameBatch, ProcessorContext, register
 from workers.processors.targeting import FaceTargeter, identity_sources
 
@@ -53,7 +52,7 @@ class FaceSwapperProcessor:
         self.swapper = swapper
         self.targeter = targeter
         self.batch_size = batch_size
-        self.latent: Any = swapper.source_latent(np.asarray(identity, dtype=np.float32).reshape(1, -1))
+        self.latent: Latent = swapper.source_latent(np.asarray(identity, dtype=np.float32).reshape(1, -1))
         self.mask = box_mask(swapper.size, mask_blur, mask_padding)
 
     @classmethod

@@ -5,8 +5,8 @@ Source images and the reference face (``selector_mode="reference"``):
 * With two or more source images, the **last** one is the reference: it shows the person whose faces are
   processed, and the others give the identity a swapper puts in (:func:`identity_sources`).
 * With one source image, it is both the identity and the reference.
-* Processors without an identity (enhancer, debugger, blur) take the last source as the reference too; reference
-  mode without any source image is an options error.
+* The enhancer, which puts in no identity, takes the last source as the reference too. Reference mode
+  without any source image is an options error.
 """
 
 from __future__ import annotations

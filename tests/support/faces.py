@@ -1,0 +1,89 @@
+"""Helpers for the face tests: the reference data's frames and images, CPU settings, and loaded engines.
+
+Frames and engines are cached per test process: decoding a clip or building an ONNX Runtime session once is
+enough for every test that reads it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import cache
+from pathlib import Path
+
+import cv2
+import numpy as np
+import numpy.typing as npt
+
+from shared.settings import Settings
+from workers.engines.onnx import OnnxEngine
+from workers.faces.detection import FaceDetector
+
+DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
+MODELS = DATA / "models"
+MEDIA = DATA / "media"
+
+Frames = npt.NDArray[np.uint8]
+
+
+def cpu_settings(tmp: Path | None = None, **overrides: object) -> Settings:
+    """Settings for a CPU-only test worker; the model cache under ``tmp`` (never the user's own cache)."""
+    values: dict[str, object] = {
+        "environment": "test",
+        "family": "cpu",
+        "execution_providers": ["CPUExecutionProvider"],
+        "model_cache_dir": (tmp or Path("/nonexistent")) / "model-cache",
+        "model_base_urls": [],
+    }
+    values.update(overrides)
+    return Settings.model_validate(values)
+
+
+@cache
+def _clip(name: str) -> Frames:
+    capture = cv2.VideoCapture(str(MEDIA / name))
+    frames = []
+    try:
+        while True:
+            ok, frame = capture.read()
+            if not ok:
+                break
+            frames.append(frame)
+    finally:
+        capture.release()
+    if not frames:
+        raise FileNotFoundError(f"no frames decoded from {MEDIA / name}")
+    result = np.asarray(np.stack(frames), dtype=np.uint8)
+    result.setflags(write=False)
+    return result
+
+
+def clip_frames(name: str, indices: Sequence[int] | slice | None = None) -> Frames:
+    """Frames of a reference clip (``d18.mp4`` …) as uint8 [N, H, W, 3] BGR; a writable copy."""
+    frames = _clip(name)
+    return np.array(frames if indices is None else frames[indices])
+
+
+def image(name: str) -> Frames:
+    """A reference image (``group6.jpg`` …) as uint8 [H, W, 3] BGR."""
+    picture = cv2.imread(str(MEDIA / name))
+    if picture is None:
+        raise FileNotFoundError(MEDIA / name)
+    return np.asarray(picture, dtype=np.uint8)
+
+
+@cache
+def engine(path: Path) -> OnnxEngine:
+    """An ONNX Runtime engine on the CPU for the model file at ``path``."""
+    return OnnxEngine.load(path, cpu_settings())
+
+
+def detector(kind: str = "yunet", score: float = 0.5) -> FaceDetector:
+    """A detector on a reference model: ``yunet`` (yunet_2023mar) or ``scrfd`` (scrfd_500m_bnkps, 640 px)."""
+    files = {"yunet": "yunet_2023mar.onnx", "scrfd": "scrfd_500m_bnkps.onnx"}
+    return FaceDetector(engine(MODELS / files[kind]), "yunet" if kind == "yunet" else "scrfd", size=640, score=score)
+
+
+def psnr(a: npt.ArrayLike, b: npt.ArrayLike) -> float:
+    """Peak signal-to-noise ratio of two uint8 images, in dB (infinite for identical images)."""
+    error = np.mean((np.asarray(a, np.float64) - np.asarray(b, np.float64)) ** 2)
+    return float("inf") if error == 0 else float(10 * np.log10(255.0**2 / error))

@@ -1,0 +1,358 @@
+"""Face detection: letterboxing, the decoders of the four detector families, and :class:`FaceDetector`.
+
+Everything here follows FaceFusion's conventions (docs/MODELS.md §8): the frame is shrunk to fit the detector
+size keeping its aspect ratio (never enlarged) and zero-padded bottom/right, fed in BGR order, and the decoded
+boxes and landmarks are divided by the kept scale to land in frame coordinates. Each decoder keeps the
+candidates at or above its score threshold and runs ``cv2.dnn.NMSBoxes`` at IoU 0.4.
+
+Outputs are matched to their meaning by name (``cls_8``, ``score_16``, ``bbox_32``, ``kps_8`` …) where the
+model names them so, and otherwise by shape (the last axis says scores/boxes/landmarks, the row count says the
+stride); anything that stays ambiguous is an error, never a guess.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import NamedTuple
+
+import cv2
+import numpy as np
+import numpy.typing as npt
+
+from shared.errors import ModelError
+from shared.options import Detector, FaceOptions
+from shared.settings import Settings
+from workers.engines.base import Engine, Tensor
+from workers.engines.onnx import OnnxEngine
+from workers.faces.tensors import crops_to_tensor
+from workers.models.download import resolve
+from workers.models.registry import REGISTRY, ColourOrder, Normalisation
+
+logger = logging.getLogger(__name__)
+
+FloatArray = npt.NDArray[np.float32]
+Frame = npt.NDArray[np.uint8]
+
+NMS_THRESHOLD = 0.4
+STRIDES: tuple[int, ...] = (8, 16, 32)
+
+
+@dataclass(frozen=True, eq=False)
+class Face:
+    """One detected face, in the coordinates of the frame it was found in.
+
+    Attributes:
+        box: float32 [4], ``x1, y1, x2, y2``.
+        landmarks: float32 [5, 2], ``(x, y)`` of left eye, right eye, nose tip, left and right mouth corner.
+        score: the detector's confidence, 0…1.
+        embedding: float32 [D], the recogniser's raw embedding, once one has been computed.
+    """
+
+    box: FloatArray
+    landmarks: FloatArray
+    score: float
+    embedding: FloatArray | None = field(default=None)
+
+    @property
+    def area(self) -> float:
+        """The box area in pixels² (0 for a degenerate box)."""
+        width = max(float(self.box[2] - self.box[0]), 0.0)
+        height = max(float(self.box[3] - self.box[1]), 0.0)
+        return width * height
+
+    def with_embedding(self, embedding: FloatArray) -> Face:
+        """A copy of this face carrying ``embedding``."""
+        return replace(self, embedding=embedding)
+
+
+class Detections(NamedTuple):
+    """Decoded detections of one image, in the coordinates of the detector's input, after NMS."""
+
+    boxes: FloatArray  # [K, 4] x1, y1, x2, y2
+    scores: FloatArray  # [K]
+    landmarks: FloatArray  # [K, 5, 2]
+
+
+Decoder = Callable[[Mapping[str, Tensor], int, float], Detections]
+
+
+@dataclass(frozen=True)
+class DetectorSpec:
+    """How to run one detector family.
+
+    Attributes:
+        model: the registry name of the model file; its normalisation and colour order come from the registry
+            (:data:`workers.models.registry.REGISTRY`).
+        fixed_size: the only input size the published model accepts, or ``None`` for any multiple of 32.
+        decode: turns the named outputs, the input size and a score threshold into :class:`Detections`.
+    """
+
+    model: str
+    fixed_size: int | None
+    decode: Decoder
+
+    @property
+    def normalisation(self) -> Normalisation:
+        """The model's ``(pixel - mean) / std``, from the registry."""
+        normalisation = REGISTRY[self.model].normalisation
+        assert normalisation is not None, f"registry entry {self.model} lacks a normalisation"
+        return normalisation
+
+    @property
+    def colour_order(self) -> ColourOrder:
+        """The model's channel order, from the registry."""
+        colour_order = REGISTRY[self.model].colour_order
+        assert colour_order is not None, f"registry entry {self.model} lacks a colour order"
+        return colour_order
+
+
+def letterbox(frame: Frame, size: int) -> tuple[Frame, float]:
+    """Fit ``frame`` into a ``size``×``size`` canvas, as FaceFusion's ``restrict_frame`` + padding do.
+
+    A frame larger than ``size`` is shrunk keeping its aspect ratio; a smaller one keeps its size. The picture
+    sits at the top-left and the rest is zero.
+
+    Returns:
+        The canvas (uint8 [size, size, 3]) and the scale: canvas pixels per frame pixel, so a point found on
+        the canvas is ``point / scale`` in the frame.
+    """
+    height, width = frame.shape[:2]
+    scale = min(size / height, size / width, 1.0)
+    if scale < 1.0:
+        resized_width = max(1, min(size, round(width * scale)))
+        resized_height = max(1, min(size, round(height * scale)))
+        frame = np.asarray(cv2.resize(frame, (resized_width, resized_height)), dtype=np.uint8)
+    canvas = np.zeros((size, size, 3), dtype=np.uint8)
+    canvas[: frame.shape[0], : frame.shape[1]] = frame
+    return canvas, scale
+
+
+_NAMED_OUTPUT = re.compile(r"^(?P<kind>cls|obj|score|bbox|kps)_(?P<stride>\d+)$")
+_KIND_BY_WIDTH = {1: "score", 4: "bbox", 10: "kps"}
+
+
+def _rows(tensor: Tensor, name: str) -> FloatArray:
+    """A [1, N, k] or [N, k] output as float32 [N, k]."""
+    array = np.asarray(tensor, dtype=np.float32)
+    if array.ndim == 3 and array.shape[0] == 1:
+        array = array[0]
+    if array.ndim != 2:
+        raise ModelError(f"detector output {name!r} has shape {array.shape}; expected [N, k] or [1, N, k]")
+    return array
+
+
+def _grid_outputs(
+    outputs: Mapping[str, Tensor], size: int, anchors: int, kinds: Sequence[str]
+) -> dict[tuple[str, int], FloatArray]:
+    """Key per-stride outputs by ``(kind, stride)``: by name where names say it, otherwise by shape.
+
+    Raises:
+        ModelError: an expected output is missing, or two outputs cannot be told apart.
+    """
+    arranged: dict[tuple[str, int], FloatArray] = {}
+    by_name = all(_NAMED_OUTPUT.match(name) for name in outputs)
+    for name, tensor in outputs.items():
+        rows = _rows(tensor, name)
+        if by_name:
+            match = _NAMED_OUTPUT.match(name)
+            assert match is not None
+            kind, stride = match["kind"], int(match["stride"])
+            if kind == "cls" and "cls" not in kinds:
+                kind = "score"
+        else:
+            kind_or_none = _KIND_BY_WIDTH.get(rows.shape[1])
+            cells = rows.shape[0] / anchors
+            side = math.isqrt(int(cells))
+            if kind_or_none is None or side * side != cells or side == 0 or size % side:
+                raise ModelError(f"cannot place detector output {name!r} of shape {rows.shape}")
+            kind, stride = kind_or_none, size // side
+        key = (kind, stride)
+        if key in arranged:
+            raise ModelError(f"two detector outputs map to {kind} at stride {stride}; name them")
+        arranged[key] = rows
+    for stride in STRIDES:
+        for kind in kinds:
+            if (kind, stride) not in arranged:
+                raise ModelError(f"detector outputs lack {kind} at stride {stride}: got {sorted(outputs)}")
+            expected = (size // stride) ** 2 * anchors
+            if arranged[(kind, stride)].shape[0] != expected:
+                raise ModelError(
+                    f"detector output {kind}_{stride} has {arranged[(kind, stride)].shape[0]} rows, "
+                    f"expected {expected} for input size {size}"
+                )
+    return arranged
+
+
+def _anchor_centres(size: int, stride: int, anchors: int) -> FloatArray:
+    """Cell origins ``(x, y)·stride``, row-major with x fastest, each repeated ``anchors`` times."""
+    cells = size // stride
+    ys, xs = np.mgrid[:cells, :cells]
+    centres = np.stack((xs, ys), axis=-1).reshape(-1, 2).astype(np.float32) * stride
+    return np.repeat(centres, anchors, axis=0)
+
+
+def _empty() -> Detections:
+    return Detections(np.zeros((0, 4), np.float32), np.zeros((0,), np.float32), np.zeros((0, 5, 2), np.float32))
+
+
+def _suppress(boxes: FloatArray, scores: FloatArray, landmarks: FloatArray, threshold: float) -> Detections:
+    """Non-maximum suppression at IoU :data:`NMS_THRESHOLD`; survivors in descending score order."""
+    if len(scores) == 0:
+        return _empty()
+    xywh = np.concatenate([boxes[:, :2], boxes[:, 2:] - boxes[:, :2]], axis=1)
+    kept = cv2.dnn.NMSBoxes(xywh.tolist(), scores.tolist(), threshold, NMS_THRESHOLD)
+    keep = np.asarray(kept, dtype=np.int64).reshape(-1)
+    keep = keep[np.argsort(-scores[keep], kind="stable")]
+    return Detections(boxes[keep], scores[keep], landmarks[keep])
+
+
+def decode_yunet(outputs: Mapping[str, Tensor], size: int, threshold: float) -> Detections:
+    """Decode YuNet (OpenCV Zoo 2023mar): per stride ``cls``, ``obj`` [N,1], ``bbox`` [N,4], ``kps`` [N,10].
+
+    One prior per cell; score = cls·obj (FaceFusion's rule); centre = d[:2]·s + cell; size = exp(d[2:4])·s;
+    landmarks = d·s + cell.
+    """
+    grid = _grid_outputs(outputs, size, 1, ("cls", "obj", "bbox", "kps"))
+    boxes, scores, landmarks = [], [], []
+    for stride in STRIDES:
+        score = (grid[("cls", stride)] * grid[("obj", stride)]).reshape(-1)
+        keep = np.flatnonzero(score >= threshold)
+        if keep.size == 0:
+            continue
+        cells = _anchor_centres(size, stride, 1)[keep]
+        bbox = grid[("bbox", stride)][keep]
+        centre = bbox[:, :2] * stride + cells
+        half = np.exp(bbox[:, 2:4]) * stride / 2
+        boxes.append(np.concatenate([centre - half, centre + half], axis=1))
+        scores.append(score[keep])
+        landmarks.append(grid[("kps", stride)][keep].reshape(-1, 5, 2) * stride + cells[:, None, :])
+    if not scores:
+        return _empty()
+    return _suppress(np.concatenate(boxes), np.concatenate(scores), np.concatenate(landmarks), threshold)
+
+
+def decode_scrfd(outputs: Mapping[str, Tensor], size: int, threshold: float) -> Detections:
+    """Decode the insightface SCRFD/RetinaFace layout: per stride ``score``, ``bbox``, ``kps`` [N, 1/4/10].
+
+    Two anchors per cell; scores are already sigmoid-ed; box = cell ∓/± d·s (left, top, right, bottom);
+    landmarks = cell + d·s. Outputs may be 2-D or carry a leading batch axis of 1.
+    """
+    grid = _grid_outputs(outputs, size, 2, ("score", "bbox", "kps"))
+    boxes, scores, landmarks = [], [], []
+    for stride in STRIDES:
+        score = grid[("score", stride)].reshape(-1)
+        keep = np.flatnonzero(score >= threshold)
+        if keep.size == 0:
+            continue
+        cells = _anchor_centres(size, stride, 2)[keep]
+        distance = grid[("bbox", stride)][keep] * stride
+        boxes.append(np.concatenate([cells - distance[:, :2], cells + distance[:, 2:]], axis=1))
+        scores.append(score[keep])
+        landmarks.append(grid[("kps", stride)][keep].reshape(-1, 5, 2) * stride + cells[:, None, :])
+    if not scores:
+        return _empty()
+    return _suppress(np.concatenate(boxes), np.concatenate(scores), np.concatenate(landmarks), threshold)
+
+
+def decode_yolo_face(outputs: Mapping[str, Tensor], size: int, threshold: float) -> Detections:
+    """Decode YOLOv8-face: one output [1, 20, N] of ``cx, cy, w, h, score`` and 5 × ``(x, y, visibility)``."""
+    if len(outputs) != 1:
+        raise ModelError(f"yolo_face has one output, got {sorted(outputs)}")
+    (name, tensor), *_ = outputs.items()
+    array = np.asarray(tensor, dtype=np.float32)
+    if array.ndim == 3 and array.shape[0] == 1:
+        array = array[0]
+    if array.ndim != 2 or array.shape[0] != 20:
+        raise ModelError(f"yolo_face output {name!r} has shape {array.shape}; expected [1, 20, N]")
+    rows = array.T
+    keep = np.flatnonzero(rows[:, 4] > threshold)
+    if keep.size == 0:
+        return _empty()
+    rows = rows[keep]
+    centre, half = rows[:, :2], rows[:, 2:4] / 2
+    boxes = np.concatenate([centre - half, centre + half], axis=1)
+    landmarks = rows[:, 5:20].reshape(-1, 5, 3)[:, :, :2]
+    return _suppress(boxes, np.ascontiguousarray(rows[:, 4]), np.ascontiguousarray(landmarks), threshold)
+
+
+DETECTORS: Mapping[Detector, DetectorSpec] = MappingProxyType(
+    {
+        "yunet": DetectorSpec("yunet", fixed_size=640, decode=decode_yunet),
+        "scrfd": DetectorSpec("scrfd_2.5g", fixed_size=None, decode=decode_scrfd),
+        "retinaface": DetectorSpec("retinaface_10g", fixed_size=None, decode=decode_scrfd),
+        "yolo_face": DetectorSpec("yoloface_8n", fixed_size=640, decode=decode_yolo_face),
+    }
+)
+"""Every detector family, by the :data:`shared.options.Detector` name a job uses."""
+
+
+class FaceDetector:
+    """Finds faces in batches of frames with one detector model.
+
+    The published detectors take batch 1, so :meth:`detect` runs the engine once per frame.
+
+    Example:
+        >>> detector = FaceDetector(engine, "yunet", score=0.5)   # doctest: +SKIP
+        >>> faces_per_frame = detector.detect(frames)              # doctest: +SKIP
+    """
+
+    def __init__(self, engine: Engine, detector: Detector, *, size: int = 640, score: float = 0.5) -> None:
+        """Wrap a loaded detector model.
+
+        Args:
+            engine: the detector model, loaded.
+            detector: which family it is; picks the normalisation and decoder from :data:`DETECTORS`.
+            size: the square input size; ignored (with a debug message) for models that accept one size only.
+            score: the minimum confidence kept.
+        """
+        self.spec = DETECTORS[detector]
+        if self.spec.fixed_size is not None and size != self.spec.fixed_size:
+            logger.debug("detector %s takes %s px only; ignoring size %s", detector, self.spec.fixed_size, size)
+            size = self.spec.fixed_size
+        if size % 32:
+            raise ValueError(f"detector size must be a multiple of 32, got {size}")
+        self.engine = engine
+        self.detector = detector
+        self.size = size
+        self.score = score
+        self._input_name = engine.input_names[0]
+
+    @classmethod
+    def load(cls, options: FaceOptions, settings: Settings) -> FaceDetector:
+        """Load the detector ``options.detector`` (resolving and, if needed, downloading its model file).
+
+        Raises:
+            ModelError: the model file cannot be found or downloaded.
+        """
+        spec = DETECTORS[options.detector]
+        size = spec.fixed_size or options.detector_size
+        engine = OnnxEngine.load(resolve(spec.model, settings), settings, spatial_size=size)
+        height = engine.input_shape(engine.input_names[0])[2:3]
+        if height and isinstance(height[0], int) and height[0] != size:
+            # A file exported for one size only (some SCRFD exports): that size it is.
+            logger.info("detector %s is fixed at %s px; using that instead of %s", spec.model, height[0], size)
+            size = height[0]
+        return cls(engine, options.detector, size=size, score=options.detector_score)
+
+    def detect_frame(self, frame: Frame) -> list[Face]:
+        """The faces in one BGR frame, highest score first."""
+        canvas, scale = letterbox(frame, self.size)
+        tensor = crops_to_tensor(canvas[None], self.spec.normalisation, self.spec.colour_order)
+        outputs = self.engine.run({self._input_name: tensor})
+        named = dict(zip(self.engine.output_names, outputs, strict=True))
+        found = self.spec.decode(named, self.size, self.score)
+        boxes = found.boxes / scale
+        landmarks = found.landmarks / scale
+        return [
+            Face(box=box.astype(np.float32), landmarks=points.astype(np.float32), score=float(score))
+            for box, points, score in zip(boxes, landmarks, found.scores, strict=True)
+        ]
+
+    def detect(self, frames: npt.NDArray[np.uint8] | Sequence[Frame]) -> list[list[Face]]:
+        """The faces of each frame of a batch (uint8 [N, H, W, 3] BGR), one list per frame, in order."""
+        return [self.detect_frame(frame) for frame in frames]
