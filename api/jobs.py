@@ -90,7 +90,9 @@ def create_job(
     request: Request,
     target: Annotated[UploadFile, File(description="The video whose faces are processed")],
     source: Annotated[list[UploadFile] | None, File(description="Source face image(s)")] = None,
-    options: Annotated[str, Form(description="JobOptions as JSON", examples=['{"processors": ["passthrough"]}'])] = "{}",
+    options: Annotated[
+        str, Form(description="JobOptions as JSON", examples=['{"processors": ["passthrough"]}'])
+    ] = "{}",
 ) -> JobView:
     """Submit a job: stored, inserted and queued; returns at once with the job's id (202)."""
     settings: Settings = request.app.state.settings
@@ -142,5 +144,8 @@ def get_output(request: Request, job_id: str) -> StreamingResponse:
                 yield block
 
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:100]
-    headers = {"Content-Length": str(size), "Content-Disposition": f'attachment; filename="{safe}-swapped.mp4"'}
+    headers = {
+        "Content-Length": str(size),
+        "Content-Disposition": f'attachment; filename="{safe}-swapped.mp4"',
+    }
     return StreamingResponse(blocks(), media_type="video/mp4", headers=headers)

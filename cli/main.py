@@ -113,8 +113,10 @@ def api(
 
 @app.command()
 def worker(
-    queues: Annotated[str | None, typer.Option(help="Comma-separated queues; default: control, stitch, "
-                                                    "render.<family>, render.any")] = None,
+    queues: Annotated[
+        str | None,
+        typer.Option(help="Comma-separated queues; default: control, stitch, render.<family>, render.any"),
+    ] = None,
     concurrency: Annotated[int | None, typer.Option(min=1)] = None,
     name: Annotated[str | None, typer.Option(help="Worker name, e.g. gpu0@%h")] = None,
     pool: Annotated[str, typer.Option(help="Celery pool")] = "prefork",
@@ -149,6 +151,7 @@ def beat() -> None:
 
     configure()
     settings = get_settings()
+    settings.work_dir.mkdir(parents=True, exist_ok=True)
     create_app(settings).start(["beat", "--loglevel=INFO", f"--schedule={settings.work_dir}/beat-schedule"])
 
 

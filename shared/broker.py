@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from celery import Celery
-from kombu import Queue
+from kombu.entity import Queue
 
 from shared.options import AcceleratorFamily, choices
 from shared.settings import Settings

@@ -84,10 +84,7 @@ def begin_plan(session: Session, job_id: str, lease_seconds: float) -> str | Non
     claimed = session.execute(
         update(Job)
         .where(Job.id == job_id)
-        .where(
-            (Job.status == JobStatus.QUEUED)
-            | ((Job.status == JobStatus.PLANNING) & (Job.lease_expires_at < now))
-        )
+        .where((Job.status == JobStatus.QUEUED) | ((Job.status == JobStatus.PLANNING) & (Job.lease_expires_at < now)))
         .values(
             status=JobStatus.PLANNING,
             lease_token=token,
@@ -189,9 +186,7 @@ def claim_chunk(
             started_at=now,
             frames_done=0,
         )
-        .returning(
-            Chunk.job_id, Chunk.index, Chunk.frame_start, Chunk.frame_end, Chunk.seek_seconds, Chunk.attempts
-        )
+        .returning(Chunk.job_id, Chunk.index, Chunk.frame_start, Chunk.frame_end, Chunk.seek_seconds, Chunk.attempts)
     ).first()
     if row is None:
         return None
@@ -259,9 +254,7 @@ class FailOutcome:
     job_failed: bool
 
 
-def fail_chunk(
-    session: Session, claim: ChunkClaim, error: SwapfarmError, max_attempts: int
-) -> FailOutcome:
+def fail_chunk(session: Session, claim: ChunkClaim, error: SwapfarmError, max_attempts: int) -> FailOutcome:
     """Record a failed attempt: back to ``queued`` below the limit, else the chunk and its job fail."""
     chunk = session.get(Chunk, claim.chunk_id, with_for_update=True)
     if chunk is None or chunk.lease_token != claim.token or chunk.status != ChunkStatus.RUNNING:
@@ -307,9 +300,7 @@ def extend_job_lease(session: Session, job_id: str, token: str, lease_seconds: f
 
 
 def chunk_outputs(session: Session, job_id: str) -> list[str]:
-    urls = session.scalars(
-        select(Chunk.output_url).where(Chunk.job_id == job_id).order_by(Chunk.index)
-    ).all()
+    urls = session.scalars(select(Chunk.output_url).where(Chunk.job_id == job_id).order_by(Chunk.index)).all()
     if any(u is None for u in urls):
         raise LeaseLostError(f"job {job_id}: a chunk has no output")
     return [u for u in urls if u is not None]

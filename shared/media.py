@@ -87,11 +87,7 @@ def probe(path: Path) -> MediaInfo:
     streams: list[dict[str, Any]] = data.get("streams", [])
     fmt: dict[str, Any] = data.get("format", {})
     video = next(
-        (
-            s
-            for s in streams
-            if s.get("codec_type") == "video" and not s.get("disposition", {}).get("attached_pic")
-        ),
+        (s for s in streams if s.get("codec_type") == "video" and not s.get("disposition", {}).get("attached_pic")),
         None,
     )
     if video is None:
@@ -145,6 +141,7 @@ def frame_times(path: Path) -> list[float]:
         times.append(float(pts))
     times.sort()
     return times
+
 
 _IMAGE_CODECS = frozenset({"mjpeg", "png", "webp", "bmp", "tiff", "jpeg2000", "jpegls"})
 

@@ -18,9 +18,7 @@ SelectorMode = Literal["all", "largest", "one", "reference"]
 QualityPreset = Literal["fast", "quality"]
 AcceleratorFamily = Literal["cuda", "rocm", "mps", "openvino", "cpu"]
 VideoEncoder = Literal["libx264", "libx265", "libvpx-vp9", "libsvtav1", "h264_nvenc", "hevc_nvenc"]
-EncoderPreset = Literal[
-    "ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow"
-]
+EncoderPreset = Literal["ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow"]
 
 # Processors whose output shows faces that are not the ones filmed: their outputs carry a provenance tag.
 FACE_CHANGING: frozenset[ProcessorName] = frozenset({"face_swapper", "face_enhancer"})
@@ -73,12 +71,15 @@ PRESETS: dict[QualityPreset, dict[str, Any]] = {
 }
 
 
+_DEFAULT_PROCESSORS: list[ProcessorName] = ["face_swapper"]
+
+
 class JobOptions(BaseModel):
     """Everything a job can ask for. Stored as JSON on the job row."""
 
     model_config = ConfigDict(extra="forbid")
 
-    processors: list[ProcessorName] = Field(default_factory=lambda: ["face_swapper"], min_length=1)
+    processors: list[ProcessorName] = Field(default_factory=lambda: _DEFAULT_PROCESSORS.copy(), min_length=1)
     preset: QualityPreset = "fast"
     chunk_frames: int | None = Field(
         None, ge=1, le=100_000, description="Frames per chunk; default: about ten seconds of video"

@@ -42,7 +42,9 @@ class Settings(BaseSettings):
     max_attempts: int = Field(3, ge=1, description="Render attempts per chunk before the job fails")
     reap_interval_seconds: float = Field(15.0, gt=0)
     requeue_after_seconds: float = Field(
-        300.0, gt=0, description="A queued chunk or job whose message may have been lost is re-sent after this"
+        300.0,
+        gt=0,
+        description="A queued chunk or job whose message may have been lost is re-sent after this",
     )
     task_time_limit_seconds: int = Field(3600, gt=0)
     retry_backoff_seconds: float = Field(2.0, ge=0)

@@ -30,9 +30,7 @@ class ChunkStatus(StrEnum):
 JOB_TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
     JobStatus.QUEUED: frozenset({JobStatus.PLANNING, JobStatus.FAILED, JobStatus.CANCELLED}),
     # planning → queued: the planner died and the reaper hands the job to another one
-    JobStatus.PLANNING: frozenset(
-        {JobStatus.RENDERING, JobStatus.QUEUED, JobStatus.FAILED, JobStatus.CANCELLED}
-    ),
+    JobStatus.PLANNING: frozenset({JobStatus.RENDERING, JobStatus.QUEUED, JobStatus.FAILED, JobStatus.CANCELLED}),
     JobStatus.RENDERING: frozenset({JobStatus.STITCHING, JobStatus.FAILED, JobStatus.CANCELLED}),
     JobStatus.STITCHING: frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED}),
     JobStatus.SUCCEEDED: frozenset(),
@@ -43,9 +41,7 @@ JOB_TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
 CHUNK_TRANSITIONS: dict[ChunkStatus, frozenset[ChunkStatus]] = {
     ChunkStatus.QUEUED: frozenset({ChunkStatus.RUNNING, ChunkStatus.CANCELLED, ChunkStatus.FAILED}),
     # running → queued: a failed attempt below the limit, or an expired lease
-    ChunkStatus.RUNNING: frozenset(
-        {ChunkStatus.DONE, ChunkStatus.QUEUED, ChunkStatus.FAILED, ChunkStatus.CANCELLED}
-    ),
+    ChunkStatus.RUNNING: frozenset({ChunkStatus.DONE, ChunkStatus.QUEUED, ChunkStatus.FAILED, ChunkStatus.CANCELLED}),
     ChunkStatus.DONE: frozenset(),
     ChunkStatus.FAILED: frozenset({ChunkStatus.QUEUED}),
     ChunkStatus.CANCELLED: frozenset(),

@@ -60,17 +60,15 @@ def submit(
         SourceImageError: a source is not an image.
         InvalidOptionsError: the options need a source image and none was given.
     """
+    media = probe(target.path)
     if options.needs_source and not sources:
         raise InvalidOptionsError(f"processors {options.processors} need at least one source image")
-    media = probe(target.path)
     for i, source in enumerate(sources):
         probe_image(source.path, f"source {i + 1} ({source.name!r})")
 
     job_id = new_id()
     target_url = storage.job_url(job_id, "input", "target" + safe_suffix(target.name))
-    source_urls = [
-        storage.job_url(job_id, "input", f"source-{i}{safe_suffix(s.name)}") for i, s in enumerate(sources)
-    ]
+    source_urls = [storage.job_url(job_id, "input", f"source-{i}{safe_suffix(s.name)}") for i, s in enumerate(sources)]
     try:
         storage.upload(target.path, target_url)
         for source, url in zip(sources, source_urls, strict=True):

@@ -45,7 +45,11 @@ def worker_queues(family: str, *, control: bool = True, stitch: bool = True, ren
 def create_app(settings: Settings) -> Celery:
     app = make_celery(settings)
     app.conf.beat_schedule = {
-        "reap": {"task": REAP, "schedule": settings.reap_interval_seconds, "options": {"queue": CONTROL_QUEUE}}
+        "reap": {
+            "task": REAP,
+            "schedule": settings.reap_interval_seconds,
+            "options": {"queue": CONTROL_QUEUE},
+        }
     }
 
     @lru_cache(maxsize=4)

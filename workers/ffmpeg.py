@@ -70,9 +70,7 @@ def _quality_args(options: EncoderOptions) -> list[str]:
             return ["-tune", "lossless"] if options.lossless else ["-rc", "vbr", "-cq", crf]
 
 
-def encode_args(
-    output: Path, width: int, height: int, fps: str, options: EncoderOptions
-) -> list[str]:
+def encode_args(output: Path, width: int, height: int, fps: str, options: EncoderOptions) -> list[str]:
     """Encode raw BGR frames from stdin at a constant ``fps`` into ``output`` (video only)."""
     return [
         *_BASE,

@@ -93,6 +93,7 @@ class FrameReader:
                     break
             proc.stdout.close()
             stderr = proc.stderr.read().decode(errors="replace")
+            proc.stderr.close()
             code = proc.wait()
             if self._stop.is_set():
                 return
@@ -121,6 +122,10 @@ class FrameReader:
             self._proc.wait()
         if self._thread is not None:
             self._thread.join(timeout=5)
+        if self._proc is not None:
+            for stream in (self._proc.stdout, self._proc.stderr):
+                if stream is not None:
+                    stream.close()
 
     def __enter__(self) -> FrameReader:
         return self
@@ -184,6 +189,7 @@ class FrameWriter:
         except BrokenPipeError:
             pass
         stderr = self._proc.stderr.read().decode(errors="replace")
+        self._proc.stderr.close()
         code = self._proc.wait()
         if code != 0 or self._error is not None:
             raise FfmpegError(f"encoding failed (exit {code})", stderr=stderr)
@@ -194,3 +200,9 @@ class FrameWriter:
         self._queue.put(None)
         self._thread.join(timeout=5)
         self._proc.wait()
+        for stream in (self._proc.stdin, self._proc.stderr):
+            if stream is not None:
+                try:
+                    stream.close()
+                except BrokenPipeError:
+                    pass

@@ -6,8 +6,17 @@ import logging
 
 from shared import jobs
 from shared.db import session_scope
-from shared.tasks import PLAN, RENDER_CHUNK, STITCH, STITCH_QUEUE, CONTROL_QUEUE, ChunkPayload, JobPayload, render_queue
 from shared.models import Job
+from shared.tasks import (
+    CONTROL_QUEUE,
+    PLAN,
+    RENDER_CHUNK,
+    STITCH,
+    STITCH_QUEUE,
+    ChunkPayload,
+    JobPayload,
+    render_queue,
+)
 from workers.runtime import Runtime
 
 logger = logging.getLogger(__name__)
@@ -16,12 +25,8 @@ logger = logging.getLogger(__name__)
 def reap(rt: Runtime) -> jobs.ReapResult:
     settings = rt.settings
     with session_scope(rt.db) as session:
-        result = jobs.reap(
-            session, max_attempts=settings.max_attempts, requeue_after=settings.requeue_after_seconds
-        )
-        families = {
-            job_id: session.get_one(Job, job_id).family for job_id, _ in result.render
-        }
+        result = jobs.reap(session, max_attempts=settings.max_attempts, requeue_after=settings.requeue_after_seconds)
+        families = {job_id: session.get_one(Job, job_id).family for job_id, _ in result.render}
     for job_id in result.plan:
         logger.warning("job %s: re-sending plan", job_id)
         rt.dispatcher.send(PLAN, JobPayload(job_id=job_id), queue=CONTROL_QUEUE)

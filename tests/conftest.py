@@ -1,0 +1,82 @@
+"""Fixtures: a throw-away Postgres database migrated by Alembic, a Redis database, settings, test media."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+import redis
+
+from shared.schema import upgrade
+from shared.settings import Settings
+from tests.support.media import make_clip
+
+PG_ADMIN = os.environ.get("SWAPFARM_TEST_PG_ADMIN", "postgresql://postgres@127.0.0.1:5432/postgres")
+REDIS_BASE = os.environ.get("SWAPFARM_TEST_REDIS", "redis://127.0.0.1:6379")
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+@pytest.fixture(scope="session")
+def database_url() -> Iterator[str]:
+    name = f"swapfarm_test_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    url = PG_ADMIN.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://") + f"/{name}"
+    upgrade(url)
+    yield url
+    from shared.db import engine_for
+
+    engine_for.cache_clear()
+    with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def broker_url() -> str:
+    url = f"{REDIS_BASE}/11"
+    redis.Redis.from_url(url).flushdb()
+    return url
+
+
+@pytest.fixture
+def settings(database_url: str, broker_url: str, tmp_path: Path) -> Settings:
+    redis.Redis.from_url(broker_url).flushdb()
+    return Settings(
+        environment="test",
+        database_url=database_url,
+        broker_url=broker_url,
+        storage_url=f"file://{tmp_path / 'storage'}",
+        work_dir=tmp_path / "work",
+        lease_seconds=4,
+        heartbeat_seconds=1,
+        reap_interval_seconds=1,
+        requeue_after_seconds=30,
+        retry_backoff_seconds=0.2,
+        batch_size=8,
+    )
+
+
+@pytest.fixture(scope="session")
+def media_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("media")
+
+
+@pytest.fixture(scope="session")
+def clip_30s(media_dir: Path) -> Path:
+    return make_clip(media_dir / "moving-30s.mp4", seconds=30)
+
+
+@pytest.fixture(scope="session")
+def clip_short(media_dir: Path) -> Path:
+    return make_clip(media_dir / "short.mp4", seconds=4)
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    if not DATA.exists():
+        pytest.skip("the reference data folder is not beside the checkout")
+    return DATA

@@ -1,0 +1,59 @@
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from api.app import create_app
+from shared.settings import Settings
+from tests.support.farm import Farm
+
+
+@pytest.fixture
+def farm(settings: Settings, tmp_path: Path) -> Iterator[Farm]:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    farm = Farm(settings, logs)
+    yield farm
+    farm.stop()
+
+
+@pytest.fixture
+def api(settings: Settings) -> Iterator[TestClient]:
+    with TestClient(create_app(settings)) as client:
+        yield client
+
+
+def submit(api: TestClient, target: Path, options: dict[str, Any], sources: list[Path] | None = None) -> str:
+    files: list[tuple[str, tuple[str, bytes, str]]] = [("target", (target.name, target.read_bytes(), "video/mp4"))]
+    files += [("source", (s.name, s.read_bytes(), "image/jpeg")) for s in sources or []]
+    response = api.post("/v1/jobs", files=files, data={"options": json.dumps(options)})
+    assert response.status_code == 202, response.text
+    return str(response.json()["id"])
+
+
+def wait_finished(api: TestClient, job_id: str, farm: Farm, timeout: float = 300) -> dict[str, Any]:
+    """Poll until the job ends (a guard against hanging, not a speed assertion)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        body: dict[str, Any] = api.get(f"/v1/jobs/{job_id}").json()
+        if body["status"] in {"succeeded", "failed", "cancelled"}:
+            return body
+        time.sleep(0.3)
+    logs = "\n".join(
+        f"--- {k}\n{farm.log(k)[-3000:]}" for k in ("w1", "w2", "beat") if (farm.logs / f"{k}.log").exists()
+    )
+    raise AssertionError(f"job {job_id} did not finish: {body}\n{logs}")
+
+
+def download(api: TestClient, job_id: str, path: Path) -> Path:
+    response = api.get(f"/v1/jobs/{job_id}/output")
+    assert response.status_code == 200
+    assert response.headers["content-type"] == "video/mp4"
+    path.write_bytes(response.content)
+    return path

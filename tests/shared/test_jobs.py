@@ -1,0 +1,147 @@
+"""The job/chunk state machine on the real Postgres: leases, the exactly-once stitch, the reaper."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import update
+
+from shared import jobs
+from shared.db import session_scope
+from shared.errors import LeaseLostError, ProcessorError
+from shared.models import Chunk, new_id, utcnow
+from shared.options import JobOptions
+from shared.states import ChunkStatus, JobStatus
+
+
+def _planned_job(url: str, chunks: int) -> tuple[str, list[str]]:
+    job_id = new_id()
+    with session_scope(url) as s:
+        jobs.create_job(
+            s, job_id=job_id, options=JobOptions(processors=["passthrough"]), target_url="file:///t.mp4",
+            source_urls=[], target_name="t.mp4",
+        )  # fmt: skip
+    with session_scope(url) as s:
+        token = jobs.begin_plan(s, job_id, 60)
+        assert token is not None
+    plans = [jobs.ChunkPlan(i, i * 10, i * 10 + 10, i / 3) for i in range(chunks)]
+    with session_scope(url) as s:
+        ids = jobs.record_plan(s, job_id, token, plans, {}, "any")
+    return job_id, ids
+
+
+def _claim(url: str, chunk_id: str, worker: str = "w1") -> jobs.ChunkClaim | None:
+    with session_scope(url) as s:
+        return jobs.claim_chunk(s, chunk_id, worker=worker, family="cpu", lease_seconds=60)
+
+
+def test_a_second_delivery_does_not_take_a_leased_chunk(database_url: str) -> None:
+    _, (chunk_id,) = _planned_job(database_url, 1)
+    assert _claim(database_url, chunk_id, "w1") is not None
+    assert _claim(database_url, chunk_id, "w2") is None
+
+
+def test_a_second_planner_does_not_plan_again(database_url: str) -> None:
+    job_id, _ = _planned_job(database_url, 2)
+    with session_scope(database_url) as s:
+        assert jobs.begin_plan(s, job_id, 60) is None
+
+
+def test_exactly_one_finisher_starts_the_stitch(database_url: str) -> None:
+    job_id, ids = _planned_job(database_url, 24)
+    claims = [_claim(database_url, c) for c in ids]
+    results: list[bool] = []
+    barrier = threading.Barrier(len(claims))
+
+    def finish(claim: jobs.ChunkClaim) -> None:
+        barrier.wait()
+        with session_scope(database_url) as s:
+            results.append(jobs.finish_chunk(s, claim, f"file:///{claim.index}.mp4", 1.0))
+
+    threads = [threading.Thread(target=finish, args=(c,)) for c in claims if c is not None]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results.count(True) == 1
+    with session_scope(database_url) as s:
+        job = jobs.get_job(s, job_id)
+        assert job is not None
+        assert job.status == JobStatus.STITCHING
+        assert job.chunks_done == 24 and job.frames_done == 240
+
+
+def test_only_the_lease_holder_can_finish(database_url: str) -> None:
+    _, (chunk_id,) = _planned_job(database_url, 1)
+    claim = _claim(database_url, chunk_id)
+    assert claim is not None
+    stale = jobs.ChunkClaim(**{**claim.__dict__, "token": "not-the-holder"})
+    with session_scope(database_url) as s, pytest.raises(LeaseLostError):
+        jobs.finish_chunk(s, stale, "file:///x.mp4", 1.0)
+
+
+def _expire(url: str, chunk_id: str) -> None:
+    with session_scope(url) as s:
+        s.execute(update(Chunk).where(Chunk.id == chunk_id).values(lease_expires_at=utcnow() - timedelta(seconds=1)))
+
+
+def test_the_reaper_requeues_an_expired_lease_then_fails_the_job_at_the_limit(database_url: str) -> None:
+    job_id, (chunk_id,) = _planned_job(database_url, 1)
+    for attempt in (1, 2):
+        assert _claim(database_url, chunk_id) is not None
+        _expire(database_url, chunk_id)
+        with session_scope(database_url) as s:
+            result = jobs.reap(s, max_attempts=3, requeue_after=300)
+        assert (job_id, chunk_id) in result.render, f"attempt {attempt} not requeued"
+    assert _claim(database_url, chunk_id) is not None
+    _expire(database_url, chunk_id)
+    with session_scope(database_url) as s:
+        result = jobs.reap(s, max_attempts=3, requeue_after=300)
+        assert job_id in result.failed
+        job = jobs.get_job(s, job_id)
+        chunk = s.get(Chunk, chunk_id)
+        assert job is not None and chunk is not None
+        assert job.status == JobStatus.FAILED and job.error_code == jobs.WORKER_LOST
+        assert chunk.status == ChunkStatus.FAILED and chunk.attempts == 3
+
+
+def test_a_failed_attempt_is_retried_below_the_limit_and_fails_the_job_at_it(database_url: str) -> None:
+    job_id, (chunk_id,) = _planned_job(database_url, 1)
+    error = ProcessorError("boom")
+    outcomes = []
+    for _ in range(3):
+        claim = _claim(database_url, chunk_id)
+        assert claim is not None
+        with session_scope(database_url) as s:
+            outcomes.append(jobs.fail_chunk(s, claim, error, max_attempts=3))
+    assert [o.retry for o in outcomes] == [True, True, False]
+    with session_scope(database_url) as s:
+        job = jobs.get_job(s, job_id)
+        assert job is not None
+        assert (job.status, job.error_code, job.error_message) == (
+            JobStatus.FAILED,
+            "processor_failed",
+            "boom",
+        )
+
+
+def test_a_lost_plan_message_is_sent_again(database_url: str) -> None:
+    job_id = new_id()
+    with session_scope(database_url) as s:
+        job = jobs.create_job(
+            s,
+            job_id=job_id,
+            options=JobOptions(),
+            target_url="file:///t.mp4",
+            source_urls=[],
+            target_name="t",
+        )
+        job.enqueued_at = utcnow() - timedelta(seconds=600)
+    time.sleep(0.01)
+    with session_scope(database_url) as s:
+        assert job_id in jobs.reap(s, max_attempts=3, requeue_after=300).plan
+    with session_scope(database_url) as s:  # and not again straight away
+        assert job_id not in jobs.reap(s, max_attempts=3, requeue_after=300).plan

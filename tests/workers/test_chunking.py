@@ -1,0 +1,41 @@
+from __future__ import annotations
+
+import pytest
+
+from workers.chunking import default_chunk_frames, plan_chunks
+
+
+def test_every_frame_is_in_exactly_one_chunk() -> None:
+    times = [i / 30 for i in range(1000)]
+    chunks = plan_chunks(times, 90)
+    covered = [f for c in chunks for f in range(c.frame_start, c.frame_end)]
+    assert covered == list(range(1000))
+    assert [c.index for c in chunks] == list(range(len(chunks)))
+
+
+def test_a_short_tail_joins_the_previous_chunk() -> None:
+    chunks = plan_chunks([i / 30 for i in range(205)], 100)
+    assert [(c.frame_start, c.frame_end) for c in chunks] == [(0, 100), (100, 205)]
+
+
+def test_seek_lands_between_the_previous_frame_and_the_first() -> None:
+    # variable frame intervals: the seek point must fall strictly between frame a-1 and frame a
+    times = [0.0, 0.04, 0.1, 0.12, 0.2, 0.26, 0.3]
+    for chunk in plan_chunks(times, 2, start_time=0.0)[1:]:
+        a = chunk.frame_start
+        assert times[a - 1] < chunk.seek_seconds < times[a]
+
+
+def test_seek_is_relative_to_the_container_start() -> None:
+    times = [1.4 + i / 25 for i in range(100)]
+    chunk = plan_chunks(times, 50, start_time=1.4)[1]
+    assert chunk.seek_seconds == pytest.approx(50 / 25 - 0.02)
+
+
+def test_default_chunk_is_about_ten_seconds() -> None:
+    assert default_chunk_frames(29.97, 10) == 300
+    assert default_chunk_frames(25, 10) == 250
+
+
+def test_no_frames_no_chunks() -> None:
+    assert plan_chunks([], 10) == []

@@ -1,0 +1,59 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from shared.errors import FfmpegError
+from shared.options import EncoderOptions
+from workers import ffmpeg
+
+
+def test_decode_seeks_before_the_input_and_reads_an_exact_frame_count() -> None:
+    args = ffmpeg.decode_args(Path("in.mp4"), 12.5, 300)
+    assert args[args.index("-ss") + 1] == "12.500000"
+    assert args.index("-ss") < args.index("-i")  # input seeking: decode from the keyframe before, not the start
+    assert args[args.index("-frames:v") + 1] == "300"
+    assert args[args.index("-fps_mode") + 1] == "passthrough"  # no duplicated or dropped frames
+
+
+def test_first_chunk_does_not_seek() -> None:
+    assert "-ss" not in ffmpeg.decode_args(Path("in.mp4"), 0.0, 10)
+
+
+@pytest.mark.parametrize(("quality", "crf"), [(100, "0"), (80, "10"), (0, "51")])
+def test_quality_maps_to_crf(quality: int, crf: str) -> None:
+    args = ffmpeg.encode_args(Path("o.mp4"), 640, 360, "30/1", EncoderOptions(quality=quality))
+    assert args[args.index("-crf") + 1] == crf
+    assert args[args.index("-c:v") + 1] == "libx264"
+
+
+def test_lossless_and_odd_sizes_use_full_chroma() -> None:
+    lossless = ffmpeg.encode_args(Path("o.mp4"), 640, 360, "30/1", EncoderOptions(lossless=True))
+    assert lossless[lossless.index("-qp") + 1] == "0"
+    assert lossless[lossless.index("-pix_fmt", lossless.index("-c:v")) + 1] == "yuv444p"
+    odd = ffmpeg.encode_args(Path("o.mp4"), 641, 481, "30/1", EncoderOptions())
+    assert odd[odd.index("-pix_fmt", odd.index("-c:v")) + 1] == "yuv444p"
+
+
+def test_stitch_copies_video_and_takes_audio_once_from_the_input() -> None:
+    args = ffmpeg.stitch_args(Path("l.txt"), Path("in.mp4"), "aac", Path("o.mp4"), provenance=True)
+    assert args[args.index("-c:v") + 1] == "copy"
+    assert args[args.index("-c:a") + 1] == "copy"
+    assert "1:a:0?" in args
+    assert f"{ffmpeg.PROVENANCE_TAG}=face-swapped" in args
+    pcm = ffmpeg.stitch_args(Path("l.txt"), Path("in.mov"), "pcm_s16le", Path("o.mp4"), provenance=False)
+    assert pcm[pcm.index("-c:a") + 1] == "aac"
+    assert not any(ffmpeg.PROVENANCE_TAG in a for a in pcm)
+
+
+def test_concat_list_quotes_odd_names(tmp_path: Path) -> None:
+    listing = ffmpeg.concat_list([tmp_path / "it's.mp4"])
+    assert listing == f"file '{tmp_path}/it'\\''s.mp4'\n"
+
+
+def test_a_failing_command_raises_with_its_stderr(tmp_path: Path) -> None:
+    with pytest.raises(FfmpegError) as info:
+        ffmpeg.run(["ffmpeg", "-v", "error", "-i", str(tmp_path / "missing.mp4"), "out.mp4"], what="probe")
+    assert info.value.code == "ffmpeg_failed"
+    assert "missing.mp4" in info.value.message
