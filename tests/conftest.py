@@ -17,6 +17,8 @@ from tests.support.media import make_clip
 
 PG_ADMIN = os.environ.get("SWAPFARM_TEST_PG_ADMIN", "postgresql://postgres@127.0.0.1:5432/postgres")
 REDIS_BASE = os.environ.get("SWAPFARM_TEST_REDIS", "redis://127.0.0.1:6379")
+# One Redis database per concurrent test run (tests flush it); 11 unless told otherwise.
+REDIS_DB = int(os.environ.get("SWAPFARM_TEST_REDIS_DB", "11"))
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
@@ -37,7 +39,7 @@ def database_url() -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def broker_url() -> str:
-    url = f"{REDIS_BASE}/11"
+    url = f"{REDIS_BASE}/{REDIS_DB}"
     redis.Redis.from_url(url).flushdb()
     return url
 
