@@ -1,6 +1,8 @@
 """ffmpeg command lines, built by pure functions (tested without running ffmpeg), and the one place they run.
 
-Frames travel as raw ``bgr24`` over pipes: decode → processors → encode, never through image files.
+Frames travel as raw video over pipes: decode → processors → encode, never through image files. On the pipes
+they are ``yuv420p`` where the size allows (half the bytes of BGR, and no conversion inside ffmpeg, whose
+converter is single-threaded); the frame I/O converts to and from BGR for the processors.
 """
 
 from __future__ import annotations
@@ -15,14 +17,19 @@ from shared.options import EncoderOptions
 logger = logging.getLogger(__name__)
 
 FFMPEG = "ffmpeg"
-_BASE = [FFMPEG, "-hide_banner", "-nostdin", "-loglevel", "error"]
+_BASE = [FFMPEG, "-hide_banner", "-nostdin", "-loglevel", "error", "-y"]
 PROVENANCE_TAG = "synthetic_content"
 PROVENANCE_TEXT = "This video contains synthetic, face-swapped content made with swapfarm."
 # Containers that carry these audio codecs by stream copy; anything else is re-encoded to AAC.
 _MP4_AUDIO = frozenset({"aac", "mp3", "ac3", "eac3", "opus", "alac", "flac"})
 
 
-def decode_args(source: Path, seek_seconds: float, frames: int) -> list[str]:
+def pipe_format(width: int, height: int) -> str:
+    """The raw pixel format frames travel in: 4:2:0 needs even sizes; odd-sized frames go as BGR."""
+    return "yuv420p" if width % 2 == 0 and height % 2 == 0 else "bgr24"
+
+
+def decode_args(source: Path, seek_seconds: float, frames: int, pix_fmt: str = "bgr24") -> list[str]:
     """Read ``frames`` frames starting at ``seek_seconds`` as raw BGR on stdout.
 
     ``-ss`` before ``-i`` seeks to the keyframe before the position and decodes from there, dropping the frames
@@ -44,16 +51,15 @@ def decode_args(source: Path, seek_seconds: float, frames: int) -> list[str]:
         "-f",
         "rawvideo",
         "-pix_fmt",
-        "bgr24",
+        pix_fmt,
         "pipe:1",
     ]
 
 
-def _pixel_format(width: int, height: int, options: EncoderOptions) -> str:
-    # 4:2:0 needs even dimensions; odd-sized inputs keep their size in 4:4:4 instead of being cropped.
-    if options.lossless or width % 2 or height % 2:
-        return "yuv444p"
-    return "yuv420p"
+def _pixel_format(width: int, height: int) -> str:
+    # The frames are 4:2:0 on the pipe already (so "lossless" is lossless from there); odd-sized frames, which
+    # 4:2:0 cannot hold, keep their size in 4:4:4 instead of being cropped.
+    return "yuv444p" if width % 2 or height % 2 else "yuv420p"
 
 
 def _quality_args(options: EncoderOptions) -> list[str]:
@@ -70,14 +76,16 @@ def _quality_args(options: EncoderOptions) -> list[str]:
             return ["-tune", "lossless"] if options.lossless else ["-rc", "vbr", "-cq", crf]
 
 
-def encode_args(output: Path, width: int, height: int, fps: str, options: EncoderOptions) -> list[str]:
+def encode_args(
+    output: Path, width: int, height: int, fps: str, options: EncoderOptions, pix_fmt: str = "bgr24"
+) -> list[str]:
     """Encode raw BGR frames from stdin at a constant ``fps`` into ``output`` (video only)."""
     return [
         *_BASE,
         "-f",
         "rawvideo",
         "-pix_fmt",
-        "bgr24",
+        pix_fmt,
         "-s",
         f"{width}x{height}",
         "-r",
@@ -88,7 +96,7 @@ def encode_args(output: Path, width: int, height: int, fps: str, options: Encode
         options.encoder,
         *_quality_args(options),
         "-pix_fmt",
-        _pixel_format(width, height, options),
+        _pixel_format(width, height),
         "-an",
         "-f",
         "mp4",

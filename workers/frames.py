@@ -14,29 +14,47 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO
 
+import cv2
 import numpy as np
 
 from shared.errors import FfmpegError
 from shared.options import EncoderOptions
-from workers.ffmpeg import decode_args, encode_args
+from workers.ffmpeg import decode_args, encode_args, pipe_format
 from workers.processors.base import FrameBatch
 
 _DONE = object()
 
 
-def _read_exact(stream: IO[bytes], size: int) -> bytes:
-    parts, remaining = [], size
-    while remaining:
-        block = stream.read(remaining)
-        if not block:
+def _read_into(stream: IO[bytes], buffer: memoryview) -> int:
+    """Fill ``buffer`` from ``stream`` (no intermediate copies); returns the bytes read, short only at the end."""
+    got = 0
+    while got < len(buffer):
+        count = stream.readinto(buffer[got:])  # type: ignore[attr-defined]  # a pipe's BufferedReader has it
+        if not count:
             break
-        parts.append(block)
-        remaining -= len(block)
-    return b"".join(parts)
+        got += count
+    return got
+
+
+def _to_bgr(raw: FrameBatch) -> FrameBatch:
+    out = np.empty((len(raw), raw.shape[1] * 2 // 3, raw.shape[2], 3), np.uint8)
+    for i, frame in enumerate(raw):
+        cv2.cvtColor(frame, cv2.COLOR_YUV2BGR_I420, dst=out[i])
+    return out
+
+
+def _to_yuv420p(frames: FrameBatch) -> FrameBatch:
+    out = np.empty((len(frames), frames.shape[1] * 3 // 2, frames.shape[2]), np.uint8)
+    for i, frame in enumerate(frames):
+        cv2.cvtColor(frame, cv2.COLOR_BGR2YUV_I420, dst=out[i])
+    return out
 
 
 class FrameReader:
     """Decode ``frames`` frames from ``seek_seconds`` in batches of ``batch_size``, ``depth`` batches ahead.
+
+    Batches are BGR ``[N, H, W, 3]``; with ``raw`` they are left in the pipe's format (for chains of processors
+    that never look at pixels, which then cost no colour conversion).
 
     Raises (on iteration):
         FfmpegError: ffmpeg failed, or the file ended before ``frames`` frames were read.
@@ -52,9 +70,14 @@ class FrameReader:
         height: int,
         batch_size: int,
         depth: int = 2,
+        raw: bool = False,
     ) -> None:
-        self._args = decode_args(source, seek_seconds, frames)
+        self._format = pipe_format(width, height)
+        self._convert = not raw and self._format == "yuv420p"
+        self._args = decode_args(source, seek_seconds, frames, self._format)
         self._frames, self._shape, self._batch = frames, (height, width, 3), batch_size
+        # the shape of one frame as it arrives on the pipe: planar 4:2:0 is 1.5 rows of bytes per row
+        self._raw_shape = (height * 3 // 2, width) if self._format == "yuv420p" else self._shape
         self._queue: queue.Queue[object] = queue.Queue(maxsize=depth)
         self._stop = threading.Event()
         self._proc: subprocess.Popen[bytes] | None = None
@@ -78,16 +101,15 @@ class FrameReader:
     def _pump(self) -> None:
         proc = self._proc
         assert proc is not None and proc.stdout is not None and proc.stderr is not None
-        frame_bytes = int(np.prod(self._shape))
+        frame_bytes = int(np.prod(self._raw_shape))
         read = 0
         try:
             while read < self._frames and not self._stop.is_set():
                 count = min(self._batch, self._frames - read)
-                data = _read_exact(proc.stdout, frame_bytes * count)
-                whole = len(data) // frame_bytes
+                raw = np.empty((count, *self._raw_shape), np.uint8)
+                whole = _read_into(proc.stdout, raw.data.cast("B")) // frame_bytes
                 if whole:
-                    batch = np.frombuffer(data[: whole * frame_bytes], np.uint8).reshape(whole, *self._shape)
-                    self._put(batch.copy())
+                    self._put(_to_bgr(raw[:whole]) if self._convert else raw[:whole])
                     read += whole
                 if whole < count:
                     break
@@ -140,17 +162,27 @@ class FrameWriter:
     """Encode batches of BGR frames into ``output``; writes happen on a thread, ``depth`` batches behind."""
 
     def __init__(
-        self, output: Path, *, width: int, height: int, fps: str, options: EncoderOptions, depth: int = 2
+        self,
+        output: Path,
+        *,
+        width: int,
+        height: int,
+        fps: str,
+        options: EncoderOptions,
+        depth: int = 2,
+        raw: bool = False,
     ) -> None:
+        self._format = pipe_format(width, height)
+        self._convert = not raw and self._format == "yuv420p"
         self._proc = subprocess.Popen(
-            encode_args(output, width, height, fps, options),
+            encode_args(output, width, height, fps, options, self._format),
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )
         self._queue: queue.Queue[FrameBatch | None] = queue.Queue(maxsize=depth)
         self._error: BaseException | None = None
-        self._shape = (height, width, 3)
+        self._shape = (height * 3 // 2, width) if raw and self._format == "yuv420p" else (height, width, 3)
         self.frames_written = 0
         self._thread = threading.Thread(target=self._drain, name="frame-writer", daemon=True)
         self._thread.start()
@@ -168,7 +200,8 @@ class FrameWriter:
         try:
             while (batch := self._queue.get()) is not None:
                 if self._error is None:
-                    stdin.write(np.ascontiguousarray(batch).tobytes())
+                    raw = _to_yuv420p(batch) if self._convert else np.ascontiguousarray(batch)
+                    stdin.write(raw.data.cast("B"))
                     self.frames_written += len(batch)
         except BaseException as exc:
             self._error = exc

@@ -28,10 +28,12 @@ def test_quality_maps_to_crf(quality: int, crf: str) -> None:
     assert args[args.index("-c:v") + 1] == "libx264"
 
 
-def test_lossless_and_odd_sizes_use_full_chroma() -> None:
-    lossless = ffmpeg.encode_args(Path("o.mp4"), 640, 360, "30/1", EncoderOptions(lossless=True))
+def test_lossless_keeps_the_pipes_chroma_and_odd_sizes_use_full_chroma() -> None:
+    lossless = ffmpeg.encode_args(Path("o.mp4"), 640, 360, "30/1", EncoderOptions(lossless=True), "yuv420p")
     assert lossless[lossless.index("-qp") + 1] == "0"
-    assert lossless[lossless.index("-pix_fmt", lossless.index("-c:v")) + 1] == "yuv444p"
+    assert lossless[lossless.index("-pix_fmt") + 1] == "yuv420p"
+    assert lossless[lossless.index("-pix_fmt", lossless.index("-c:v")) + 1] == "yuv420p"
+    assert ffmpeg.pipe_format(641, 481) == "bgr24"
     odd = ffmpeg.encode_args(Path("o.mp4"), 641, 481, "30/1", EncoderOptions())
     assert odd[odd.index("-pix_fmt", odd.index("-c:v")) + 1] == "yuv444p"
 

@@ -22,6 +22,12 @@ FrameBatch = npt.NDArray[np.uint8]
 
 
 class Processor(Protocol):
+    """Turns a batch of frames into the same number of frames.
+
+    A processor that never reads or changes pixels (``passthrough``) sets ``touches_pixels = False``; a chain of
+    only such processors gets its frames in the pipe's raw format, skipping the colour conversions.
+    """
+
     def process(self, frames: FrameBatch) -> FrameBatch:
         """Return the processed frames: same shape and dtype, one output frame per input frame, in order."""
         ...

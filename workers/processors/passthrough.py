@@ -6,6 +6,8 @@ from workers.processors.base import FrameBatch, ProcessorContext, register
 
 
 class Passthrough:
+    touches_pixels = False
+
     def process(self, frames: FrameBatch) -> FrameBatch:
         return frames
 

@@ -1,0 +1,57 @@
+"""Frames through real ffmpeg pipes: BGR out of the reader, BGR into the writer, exact counts, clear errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from shared.errors import FfmpegError
+from shared.options import EncoderOptions
+from tests.support.media import make_clip, psnr, read_frames
+from workers.frames import FrameReader, FrameWriter
+
+
+@pytest.mark.parametrize("size", ["320x180", "321x181"])  # 4:2:0 pipe, and BGR for odd sizes
+def test_reader_gives_bgr_frames_matching_ffmpegs_own_decode(tmp_path: Path, size: str) -> None:
+    chroma = "yuv444p" if size.endswith("1") else "yuv420p"
+    width, height = (int(v) for v in size.split("x"))
+    scale = ["-vf", f"scale={width}:{height}"]  # testsrc2 itself rounds sizes down to even
+    clip = make_clip(tmp_path / "c.mp4", seconds=2, audio=False, extra=[*scale, "-pix_fmt", chroma])
+    reference = read_frames(clip)[..., ::-1]  # RGB → BGR
+    with FrameReader(clip, seek_seconds=0, frames=len(reference), width=width, height=height, batch_size=7) as reader:
+        frames = np.concatenate(list(reader))
+    assert frames.shape == reference.shape and frames.dtype == np.uint8
+    assert min(psnr(a, b) for a, b in zip(frames, reference, strict=True)) > 35
+
+
+def test_writer_then_reader_round_trips_frames(tmp_path: Path) -> None:
+    clip = make_clip(tmp_path / "c.mp4", seconds=1, size="320x180", audio=False)
+    frames = read_frames(clip)[..., ::-1].copy()
+    writer = FrameWriter(tmp_path / "o.mp4", width=320, height=180, fps="30/1", options=EncoderOptions(lossless=True))
+    for start in range(0, len(frames), 8):
+        writer.write(frames[start : start + 8])
+    writer.close()
+    assert writer.frames_written == len(frames)
+    with FrameReader(tmp_path / "o.mp4", seek_seconds=0, frames=len(frames), width=320, height=180, batch_size=8) as r:
+        back = np.concatenate(list(r))
+    # what is lost is 4:2:0 chroma subsampling of saturated test colours, once
+    assert min(psnr(a, b) for a, b in zip(back, frames, strict=True)) > 30
+    assert all(psnr(back[i], frames[i]) > psnr(back[i], frames[i + 1]) for i in range(len(frames) - 1))
+
+
+def test_a_file_shorter_than_asked_is_an_error_not_a_short_chunk(tmp_path: Path) -> None:
+    clip = make_clip(tmp_path / "c.mp4", seconds=1, size="320x180", audio=False)
+    reader = FrameReader(clip, seek_seconds=0, frames=100, width=320, height=180, batch_size=8)
+    with reader, pytest.raises(FfmpegError) as info:
+        list(reader)
+    assert info.value.code == "media_truncated"
+    assert "30 of 100" in info.value.message
+
+
+def test_the_writer_refuses_frames_of_another_size(tmp_path: Path) -> None:
+    writer = FrameWriter(tmp_path / "o.mp4", width=320, height=180, fps="30/1", options=EncoderOptions())
+    with pytest.raises(ValueError, match="shape"):
+        writer.write(np.zeros((1, 100, 100, 3), np.uint8))
+    writer.abort()
