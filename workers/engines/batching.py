@@ -1,13 +1,19 @@
-"""Running many items through an engine in as few calls as the model allows."""
+"""Running many items through an engine in as few calls as the model allows, in batches that fit in memory."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
+from typing import Any, TypeVar, cast
 
 import numpy as np
 import numpy.typing as npt
 
+from shared.errors import RetryableError
 from workers.engines.base import Engine, Tensor
+from workers.engines.memory import DeviceMemory, fitted_batch
+
+logger = logging.getLogger(__name__)
 
 Indices = npt.NDArray[np.intp]
 
@@ -37,3 +43,85 @@ def run_in_batches(
         kept = min(step, count - start)
         parts.append([output[:kept] for output in engine.run(inputs(indices))])
     return [np.concatenate(outputs, axis=0) for outputs in zip(*parts, strict=True)]
+
+
+Items = TypeVar("Items", bound=npt.NDArray[Any])
+
+
+class FittedBatches:
+    """Runs items through a model step in batches as large as memory allows, never dropping one.
+
+    The batch is at most ``limit`` items (the engine's largest warmed-up bucket, or the configured batch size),
+    and — when ``per_item_bytes`` is known — at most what fits in the device's free memory × ``safety``
+    (a power of two, so it lands on a warmed-up bucket). When a batch runs out of memory the device's cache is
+    released, the cap is halved and the *same* items are tried again; the cap is remembered for later calls
+    (:attr:`cap`, and :attr:`backoffs` counts the halvings). Without a ``memory`` errors simply propagate.
+
+    Example::
+
+        batches = FittedBatches(limit=32, memory=TorchDeviceMemory(), per_item_bytes=engine.per_item_bytes)
+        swapped = batches.map(crops, lambda batch: swapper.swap(batch, latent))
+    """
+
+    def __init__(
+        self,
+        limit: int,
+        *,
+        memory: DeviceMemory | None = None,
+        per_item_bytes: int | None = None,
+        safety: float = 0.8,
+    ) -> None:
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1, got {limit}")
+        self.limit = limit
+        self.memory = memory
+        self.per_item_bytes = per_item_bytes
+        self.safety = safety
+        self.cap = limit
+        self.backoffs = 0
+
+    def size(self) -> int:
+        """Items in the next batch."""
+        if self.memory is None or not self.per_item_bytes:
+            return self.cap
+        return min(self.cap, fitted_batch(self.memory.free_bytes(), self.per_item_bytes, self.safety, self.limit))
+
+    def map(self, items: Items, step: Callable[[Items], Items]) -> Items:
+        """``step`` over consecutive batches of ``items``, results joined in order.
+
+        Raises:
+            ValueError: ``step`` returned a different number of results than it was given.
+            RetryableError: a single item does not fit in memory (code ``out_of_memory``).
+        """
+        if len(items) == 0:
+            return items.copy()
+        parts: list[npt.NDArray[Any]] = []
+        start = 0
+        while start < len(items):
+            batch = cast(Items, items[start : start + self.size()])
+            try:
+                result = np.asarray(step(batch))
+            except Exception as error:
+                if self.memory is None or not self.memory.is_out_of_memory(error):
+                    raise
+                self._back_off(len(batch), error)
+                continue
+            if len(result) != len(batch):
+                raise ValueError(f"a face model returned {len(result)} results for {len(batch)} items")
+            parts.append(result)
+            start += len(batch)
+        return cast(Items, np.concatenate(parts))
+
+    def _back_off(self, size: int, error: Exception) -> None:
+        assert self.memory is not None
+        self.memory.release()
+        if size <= 1:
+            raise RetryableError(
+                f"out of memory on {self.memory.device} with a single item: {error}", code="out_of_memory"
+            ) from error
+        self.cap = max(1, size // 2)
+        self.backoffs += 1
+        logger.warning(
+            "out of memory on %s with a batch of %d; retrying the same items %d at a time",
+            self.memory.device, size, self.cap,
+        )  # fmt: skip

@@ -1,11 +1,19 @@
-"""Which accelerator family this worker has: the setting if given, else what the installed runtimes offer."""
+"""Which accelerator family this worker has: the setting if given, else what the installed runtimes offer.
+
+Detection never initialises CUDA: it runs in the Celery prefork parent (the ``worker`` command), and a parent that
+has touched CUDA hands its children a context they cannot use. So torch is not imported here: its build (CUDA,
+ROCm or CPU) is read from its ``version.py`` and devices from the driver's device nodes.
+"""
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
 import logging
+import platform
+import re
+import sys
 from collections.abc import Iterable
+from pathlib import Path
 
 from shared.options import AcceleratorFamily
 from shared.settings import Settings
@@ -29,20 +37,36 @@ def family_from_providers(providers: Iterable[str]) -> AcceleratorFamily | None:
     return next((family for provider, family in _PROVIDER_FAMILIES if provider in available), None)
 
 
-def _family_from_torch() -> AcceleratorFamily | None:
-    if importlib.util.find_spec("torch") is None:
-        return None
-    torch = importlib.import_module("torch")
-    if torch.cuda.is_available():
-        return "rocm" if getattr(torch.version, "hip", None) else "cuda"
-    if torch.backends.mps.is_available():
+def torch_build() -> dict[str, str | None]:
+    """The installed torch's version and the CUDA/HIP versions it was built for (``None``: not built for it),
+    read from its ``version.py`` without importing torch; empty if torch is not installed."""
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        return {}
+    try:
+        text = (Path(next(iter(spec.submodule_search_locations))) / "version.py").read_text()
+    except OSError:
+        return {}
+    found = {
+        key: re.search(rf"^{key}\b[^=]*=\s*'([^']*)'", text, re.MULTILINE) for key in ("__version__", "cuda", "hip")
+    }
+    return {key: match.group(1) if match else None for key, match in found.items()}
+
+
+def _family_from_torch(dev: Path = Path("/dev")) -> AcceleratorFamily | None:
+    build = torch_build()
+    if build.get("hip") and (dev / "kfd").exists():
+        return "rocm"
+    if build.get("cuda") and any(dev.glob("nvidia[0-9]*")):
+        return "cuda"
+    if build and sys.platform == "darwin" and platform.machine() == "arm64":
         return "mps"
     return None
 
 
 def detect_family(settings: Settings) -> AcceleratorFamily:
-    """``settings.family`` unless it is ``"auto"``; then what ONNX Runtime's providers imply, then torch's
-    devices (only if torch is installed), else ``"cpu"``."""
+    """``settings.family`` unless it is ``"auto"``; then what ONNX Runtime's providers imply, then torch's build
+    with the driver's device nodes (:func:`torch_build`; torch is not imported), else ``"cpu"``."""
     if settings.family != "auto":
         return settings.family
     import onnxruntime

@@ -1,10 +1,11 @@
-"""Aligned crops of the faces of a whole batch of frames: gather them, run a model over them in fixed-size
-batches (one call per batch, never one face at a time), and paste the results back into their frames.
+"""Aligned crops of the faces of a whole batch of frames: gather them (a model then runs over them in batches,
+:class:`workers.engines.batching.FittedBatches`, never one face at a time), and paste the results back into
+their frames.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -54,26 +55,6 @@ def gather_crops(
             np.zeros((0, size, size, 3), np.uint8), np.zeros((0, 2, 3), np.float64), np.zeros((0,), np.int64)
         )
     return FaceCrops(np.concatenate(crops), np.stack(transforms), np.asarray(indices, dtype=np.int64))
-
-
-def map_batches(crops: Frames, step: Callable[[Frames], Frames], batch_size: int) -> Frames:
-    """Run ``step`` over ``crops`` in consecutive batches of at most ``batch_size``; one call per batch.
-
-    Raises:
-        ValueError: ``step`` returned a different number of crops than it was given.
-    """
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-    if len(crops) == 0:
-        return crops.copy()
-    parts = []
-    for start in range(0, len(crops), batch_size):
-        batch = crops[start : start + batch_size]
-        result = np.asarray(step(batch))
-        if len(result) != len(batch):
-            raise ValueError(f"a face model returned {len(result)} crops for {len(batch)}")
-        parts.append(result)
-    return np.concatenate(parts)
 
 
 def paste_crops(frames: Frames, faces: FaceCrops, crops: Frames, mask: FloatArray) -> Frames:

@@ -20,8 +20,8 @@ from shared.errors import ModelError
 from shared.options import Enhancer
 from shared.settings import Settings
 from workers.engines.base import Engine
-from workers.engines.batching import Indices, run_in_batches
-from workers.engines.onnx import OnnxEngine
+from workers.engines.batching import FittedBatches, Indices, run_in_batches
+from workers.engines.loading import load_model
 from workers.faces.tensors import CropFormat, Crops
 from workers.models.download import resolve
 from workers.models.registry import REGISTRY, ModelSpec, TemplateName
@@ -60,8 +60,16 @@ class FaceEnhancer:
         restored = enhancer.enhance(crops, weight=0.5)   # [N, 512, 512, 3] BGR → same
     """
 
-    def __init__(self, spec: EnhancerSpec, engine: Engine, *, fixed_batch: int | None = None) -> None:
-        """``fixed_batch`` is the batch size the model is fixed to, ``None`` if its batch is dynamic.
+    def __init__(
+        self,
+        spec: EnhancerSpec,
+        engine: Engine,
+        *,
+        fixed_batch: int | None = None,
+        batches: FittedBatches | None = None,
+    ) -> None:
+        """``fixed_batch`` is the batch size the model is fixed to, ``None`` if its batch is dynamic;
+        ``batches`` how many crops a caller should pass per :meth:`enhance` (fitted to memory by the loader).
 
         Raises:
             ModelError: the engine lacks an input the spec names, or the spec's model does not take face
@@ -74,6 +82,7 @@ class FaceEnhancer:
         self._spec = spec
         self._engine = engine
         self._fixed_batch = fixed_batch
+        self.batches = batches
         self._format = CropFormat.of(spec.model)
 
     @classmethod
@@ -84,11 +93,11 @@ class FaceEnhancer:
             ModelError: the model cannot be found, verified or loaded.
         """
         spec = ENHANCERS[name]
-        engine = OnnxEngine.load(resolve(spec.model.name, settings), settings)
-        fixed_batch = engine.fixed_batch(spec.image_input)
-        if fixed_batch is not None:
-            logger.info("enhancer %s takes %s face(s) per call; larger batches are split", name, fixed_batch)
-        return cls(spec, engine, fixed_batch=fixed_batch)
+        path = resolve(spec.model.name, settings)
+        loaded = load_model(path, settings, name=spec.model.name, batch_input=spec.image_input)
+        if loaded.fixed_batch is not None:
+            logger.info("enhancer %s takes %s face(s) per call; larger batches are split", name, loaded.fixed_batch)
+        return cls(spec, loaded.engine, fixed_batch=loaded.fixed_batch, batches=loaded.batches)
 
     @property
     def name(self) -> str:

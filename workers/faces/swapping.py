@@ -28,7 +28,8 @@ from shared.errors import ModelError
 from shared.options import Swapper
 from shared.settings import Settings
 from workers.engines.base import Engine
-from workers.engines.batching import Indices, run_in_batches
+from workers.engines.batching import FittedBatches, Indices, run_in_batches
+from workers.engines.loading import load_model
 from workers.engines.onnx import OnnxEngine
 from workers.faces.tensors import CropFormat, Crops
 from workers.models.download import resolve
@@ -161,9 +162,16 @@ class FaceSwapper:
     """
 
     def __init__(
-        self, spec: SwapperSpec, engine: Engine, latent: LatentConverter, *, fixed_batch: int | None = None
+        self,
+        spec: SwapperSpec,
+        engine: Engine,
+        latent: LatentConverter,
+        *,
+        fixed_batch: int | None = None,
+        batches: FittedBatches | None = None,
     ) -> None:
-        """``fixed_batch`` is the batch size the model is fixed to, ``None`` if its batch is dynamic.
+        """``fixed_batch`` is the batch size the model is fixed to, ``None`` if its batch is dynamic;
+        ``batches`` how many crops a caller should pass per :meth:`swap` (fitted to memory by the loader).
 
         Raises:
             ModelError: the engine lacks the target or source input the spec names, or the spec's model does
@@ -176,6 +184,7 @@ class FaceSwapper:
         self._engine = engine
         self._latent = latent
         self._fixed_batch = fixed_batch
+        self.batches = batches
         self._format = CropFormat.of(spec.model)
 
     @classmethod
@@ -187,11 +196,11 @@ class FaceSwapper:
         """
         spec = SWAPPERS[name]
         path = resolve(spec.model.name, settings)
-        engine = OnnxEngine.load(path, settings)
-        fixed_batch = engine.fixed_batch(spec.target_input)
-        if fixed_batch is not None:
-            logger.info("swapper %s takes %s face(s) per call; larger batches are split", name, fixed_batch)
-        return cls(spec, engine, _LATENT_LOADERS[spec.latent](spec, path, settings), fixed_batch=fixed_batch)
+        loaded = load_model(path, settings, name=spec.model.name, batch_input=spec.target_input)
+        if loaded.fixed_batch is not None:
+            logger.info("swapper %s takes %s face(s) per call; larger batches are split", name, loaded.fixed_batch)
+        latent = _LATENT_LOADERS[spec.latent](spec, path, settings)
+        return cls(spec, loaded.engine, latent, fixed_batch=loaded.fixed_batch, batches=loaded.batches)
 
     @property
     def name(self) -> str:

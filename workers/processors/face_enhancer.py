@@ -15,8 +15,9 @@ import numpy as np
 import numpy.typing as npt
 
 from shared.errors import InvalidOptionsError
+from workers.engines.batching import FittedBatches
 from workers.faces.alignment import box_mask
-from workers.faces.cropping import gather_crops, map_batches, paste_crops
+from workers.faces.cropping import gather_crops, paste_crops
 from workers.faces.detection import FaceDetector
 from workers.faces.enhancing import FaceEnhancer
 from workers.faces.recognition import FaceEmbedder
@@ -36,7 +37,8 @@ class FaceEnhancerProcessor:
         targeter: picks the faces to enhance.
         weight: the model's fidelity weight (CodeFormer's ``w``; other models ignore it).
         blend: 0–100, the share of the enhanced face in the result.
-        batch_size: faces per enhancer call.
+        batch_size: faces per enhancer call, unless ``batches`` is given.
+        batches: faces per enhancer call fitted to the device's memory, halved on out-of-memory.
         mask_blur, mask_padding: the paste-back box mask (:func:`workers.faces.alignment.box_mask`).
     """
 
@@ -48,13 +50,14 @@ class FaceEnhancerProcessor:
         weight: float = 0.5,
         blend: int = 80,
         batch_size: int = 8,
+        batches: FittedBatches | None = None,
         mask_blur: float = 0.3,
         mask_padding: Sequence[int] = (0, 0, 0, 0),
     ) -> None:
         self.enhancer = enhancer
         self.targeter = targeter
         self.weight = weight
-        self.batch_size = batch_size
+        self.batches = batches or FittedBatches(batch_size)
         self.mask: FloatArray = box_mask(enhancer.size, mask_blur, mask_padding) * np.float32(blend / 100)
 
     @classmethod
@@ -85,6 +88,7 @@ class FaceEnhancerProcessor:
             weight=face.codeformer_weight,
             blend=face.enhancer_blend,
             batch_size=settings.batch_size,
+            batches=enhancer.batches,
             mask_blur=face.mask_blur,
             mask_padding=face.mask_padding,
         )
@@ -95,7 +99,7 @@ class FaceEnhancerProcessor:
         faces = gather_crops(frames, targets, self.enhancer.template, self.enhancer.size)
         if len(faces) == 0:
             return frames
-        enhanced = map_batches(faces.crops, lambda crops: self.enhancer.enhance(crops, self.weight), self.batch_size)
+        enhanced = self.batches.map(faces.crops, lambda crops: self.enhancer.enhance(crops, self.weight))
         logger.debug("enhanced %s faces in %s frames", len(faces), len(frames))
         return paste_crops(frames, faces, enhanced, self.mask)
 

@@ -15,8 +15,9 @@ import numpy as np
 import numpy.typing as npt
 
 from shared.errors import InvalidOptionsError
+from workers.engines.batching import FittedBatches
 from workers.faces.alignment import box_mask
-from workers.faces.cropping import gather_crops, map_batches, paste_crops
+from workers.faces.cropping import gather_crops, paste_crops
 from workers.faces.detection import FaceDetector
 from workers.faces.recognition import FaceEmbedder, source_identity
 from workers.faces.swapping import FaceSwapper, Latent
@@ -35,7 +36,8 @@ class FaceSwapperProcessor:
         swapper: the swap model.
         targeter: picks the faces to swap.
         identity: the source identity, a unit ArcFace embedding [512] (:func:`source_identity`).
-        batch_size: faces per swapper call.
+        batch_size: faces per swapper call, unless ``batches`` is given.
+        batches: faces per swapper call fitted to the device's memory, halved on out-of-memory.
         mask_blur, mask_padding: the paste-back box mask (:func:`workers.faces.alignment.box_mask`).
     """
 
@@ -46,12 +48,13 @@ class FaceSwapperProcessor:
         identity: FloatArray,
         *,
         batch_size: int = 8,
+        batches: FittedBatches | None = None,
         mask_blur: float = 0.3,
         mask_padding: Sequence[int] = (0, 0, 0, 0),
     ) -> None:
         self.swapper = swapper
         self.targeter = targeter
-        self.batch_size = batch_size
+        self.batches = batches or FittedBatches(batch_size)
         self.latent: Latent = swapper.source_latent(np.asarray(identity, dtype=np.float32).reshape(1, -1))
         self.mask = box_mask(swapper.size, mask_blur, mask_padding)
 
@@ -88,6 +91,7 @@ class FaceSwapperProcessor:
             targeter,
             identity,
             batch_size=settings.batch_size,
+            batches=swapper.batches,
             mask_blur=face.mask_blur,
             mask_padding=face.mask_padding,
         )
@@ -98,7 +102,7 @@ class FaceSwapperProcessor:
         faces = gather_crops(frames, targets, self.swapper.template, self.swapper.size)
         if len(faces) == 0:
             return frames
-        swapped = map_batches(faces.crops, lambda crops: self.swapper.swap(crops, self.latent), self.batch_size)
+        swapped = self.batches.map(faces.crops, lambda crops: self.swapper.swap(crops, self.latent))
         logger.debug("swapped %s faces in %s frames", len(faces), len(frames))
         return paste_crops(frames, faces, swapped, self.mask)
 

@@ -1,0 +1,77 @@
+"""Accelerator families on a worker: detection without touching CUDA, the engine each family gets, and
+``swapfarm doctor``'s report."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from tests.support.faces import cpu_settings
+from workers.doctor import diagnose, hardware_codecs
+from workers.engines.family import _family_from_torch, detect_family, torch_build
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_worker_parent_never_imports_torch() -> None:
+    """The prefork parent builds the Celery app, detects the family and imports every task module: no torch, so
+    no CUDA context for its children to inherit."""
+    script = textwrap.dedent(
+        """
+        import sys
+        from shared.settings import Settings
+        from workers.celery_app import create_app
+        from workers.engines.family import detect_family
+        import workers.processors, workers.engines.loading, workers.engines.memory, workers.doctor
+        create_app(Settings(environment="test"))
+        detect_family(Settings(environment="test"))
+        assert "torch" not in sys.modules, sorted(m for m in sys.modules if m.startswith("torch"))
+        """
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, cwd=ROOT, timeout=120)
+
+
+def test_torch_build_is_read_without_importing_torch() -> None:
+    build = torch_build()
+    assert build["__version__"] and build["__version__"].startswith("2.")
+    assert build["cuda"] is None and build["hip"] is None  # this machine's CPU wheel
+
+
+def test_a_cpu_torch_build_implies_no_family_whatever_devices_exist(tmp_path: Path) -> None:
+    (tmp_path / "nvidia0").touch()
+    (tmp_path / "kfd").touch()
+    assert _family_from_torch(tmp_path) is None
+
+
+def test_a_forced_family_wins_over_detection() -> None:
+    assert detect_family(cpu_settings(family="cuda")) == "cuda"
+    assert detect_family(cpu_settings(family="auto")) == "cpu"
+
+
+def test_hardware_codecs_are_picked_from_ffmpegs_listing() -> None:
+    listing = """Encoders:
+ V..... = Video
+ ------
+ V....D libx264              libx264 H.264 / AVC / MPEG-4 AVC (codec h264)
+ V....D h264_nvenc           NVIDIA NVENC H.264 encoder (codec h264)
+ V....D hevc_vaapi           H.265/HEVC (VAAPI) (codec hevc)
+ A....D aac                  AAC (Advanced Audio Coding)
+ V..... h264_cuvid           Nvidia CUVID H264 decoder (codec h264)
+"""
+    assert hardware_codecs(listing) == ["h264_nvenc", "hevc_vaapi", "h264_cuvid"]
+
+
+def test_doctor_reports_this_cpu_machine_and_warns_about_a_cuda_family_it_cannot_serve(tmp_path: Path) -> None:
+    cpu = diagnose(cpu_settings(tmp_path, torch_compile_cache_dir=tmp_path / "cache"))
+    assert cpu.errors == [] and cpu.warnings == []
+    assert dict(cpu.sections["family"])["in use"] == "cpu"
+    assert "CPUExecutionProvider" in dict(cpu.sections["ONNX Runtime"])["providers for cpu"]
+    assert "version" in dict(cpu.sections["ffmpeg"]) and "hardware encoders" in dict(cpu.sections["ffmpeg"])
+    assert "not created yet" in dict(cpu.sections["compile cache"])[str(tmp_path / "cache")]
+
+    cuda = diagnose(cpu_settings(tmp_path, family="cuda", execution_providers=None))
+    assert any("no GPU provider" in w for w in cuda.warnings)
+    assert any("torch sees no GPU" in w for w in cuda.warnings)
+    assert any("torch engine on cuda" in e for e in cuda.errors)  # auto picks torch for cuda: not usable here

@@ -1,0 +1,373 @@
+"""A compiled torch engine behind the :class:`~workers.engines.base.Engine` protocol.
+
+The ONNX file becomes a torch module (:mod:`workers.engines.onnx_to_torch`), compiled once with
+``torch.compile(mode=…, fullgraph=True, dynamic=False)``. Batches are padded to a few *buckets* (powers of two up
+to the largest batch that fits in memory) so the number of compiled shapes — and CUDA-graph recordings under
+``reduce-overhead``/``max-autotune`` — stays bounded; :meth:`TorchEngine.warmup` compiles every bucket up front and
+measures the memory one more item costs. Compiled code is kept in a persistent cache folder, so a restarted
+worker loads it instead of compiling again. If compiling fails the engine falls back to eager execution — with
+a warning and a count in :attr:`TorchEngine.stats`, never silently.
+
+Import this module only where torch may be imported: it is loaded lazily by
+:func:`workers.engines.loading.load_model`, in the process that runs tasks.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from shared.errors import ModelError
+from shared.settings import CompileMode, Precision
+from workers.engines.base import Tensor
+from workers.engines.memory import DeviceMemory, HostMemory, fitted_batch
+from workers.engines.onnx_to_torch import OnnxModule, TensorSpec, convert, numpy_dtype
+
+logger = logging.getLogger(__name__)
+
+PRECISIONS: Mapping[Precision, torch.dtype] = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+Compiled = Callable[..., tuple[torch.Tensor, ...]]
+Compiler = Callable[[torch.nn.Module, CompileMode], Compiled]
+"""Turns the module into its compiled callable (a seam: tests pass one that fails)."""
+
+_RECOMPILE_LIMIT = 64  # buckets × engines per process share dynamo's per-code-object cache; 8 is too few
+
+
+def compile_module(module: torch.nn.Module, mode: CompileMode) -> Compiled:
+    """``torch.compile`` as the engine uses it: one whole graph per bucket shape, no dynamic shapes."""
+    dynamo_config: Any = torch._dynamo.config
+    dynamo_config.recompile_limit = max(int(dynamo_config.recompile_limit), _RECOMPILE_LIMIT)
+    compiled: Compiled = torch.compile(module, mode=mode, fullgraph=True, dynamic=False)
+    return compiled
+
+
+def use_compile_cache(folder: Path) -> Path:
+    """Make torch keep its compiled artefacts (Inductor's FX graph and autotuning caches, Triton kernels) in
+    ``folder``. Must run before the first compile of the process; the environment variable is what Inductor
+    reads each time it needs its cache folder."""
+    resolved = folder.expanduser().resolve()
+    resolved.mkdir(parents=True, exist_ok=True)
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(resolved)
+    return resolved
+
+
+def buckets(limit: int) -> tuple[int, ...]:
+    """Batch sizes compiled for: the powers of two up to ``limit`` (``limit`` itself if it is not one).
+
+    Example::
+
+        buckets(8) == (1, 2, 4, 8); buckets(12) == (1, 2, 4, 8, 12)
+    """
+    sizes = [1 << power for power in range(limit.bit_length()) if 1 << power <= limit]
+    return tuple(sizes if sizes[-1] == limit else [*sizes, limit])
+
+
+@dataclass
+class EngineStats:
+    """Counters of one engine, for logs and metrics."""
+
+    compiles: int = 0
+    """Buckets compiled (first calls of a compiled shape)."""
+    compile_seconds: float = 0.0
+    """Wall time of those first calls."""
+    eager_fallbacks: int = 0
+    """Times compiling failed and the engine switched to eager execution (0 or 1)."""
+    fallback_reason: str | None = None
+    warmed_buckets: list[int] = field(default_factory=list)
+
+
+class TorchEngine:
+    """One ONNX model run by torch: converted, optionally compiled, batches padded to buckets.
+
+    Args:
+        module: the converted model.
+        device: torch device (``cpu``, ``cuda``, ``cuda:1``).
+        precision: compute dtype of floating-point tensors; outputs come back as the model declares them.
+        mode: ``torch.compile`` mode, or ``eager`` for none.
+        max_batch: the largest bucket before memory fitting (see :meth:`warmup`).
+        memory: the device's memory, for fitting the batch to it and recognising out-of-memory errors.
+        safety: share of free memory a batch may plan to use.
+        compiler: how to compile (default :func:`compile_module`).
+        spatial_size: fills dynamic non-batch dimensions of inputs for :meth:`warmup`.
+    """
+
+    def __init__(
+        self,
+        module: OnnxModule,
+        *,
+        device: str = "cpu",
+        precision: Precision = "fp32",
+        mode: CompileMode = "default",
+        max_batch: int = 8,
+        memory: DeviceMemory | None = None,
+        safety: float = 0.8,
+        compiler: Compiler = compile_module,
+        spatial_size: int | None = None,
+    ) -> None:
+        self._device = torch.device(device)
+        self._dtype = PRECISIONS[precision]
+        self._module = module.to(self._device)
+        self._inputs: tuple[TensorSpec, ...] = module.inputs
+        self._outputs: tuple[TensorSpec, ...] = module.outputs
+        self._mode = mode
+        self._limit = max_batch
+        self._buckets = buckets(max_batch)
+        self.memory: DeviceMemory = memory or HostMemory()
+        self._safety = safety
+        self._spatial_size = spatial_size
+        self._lock = threading.Lock()
+        self._seen: set[tuple[int, ...]] = set()
+        self.stats = EngineStats()
+        self.per_item_bytes: int | None = None
+        self._forward: Compiled = self._module
+        self._graphs = self._device.type == "cuda" and mode in {"reduce-overhead", "max-autotune"}
+        if mode != "eager":
+            try:
+                self._forward = compiler(self._module, mode)
+            except Exception as error:  # torch.compile's own checks raise plain exceptions of many kinds
+                self._fall_back(error)
+
+    @classmethod
+    def load(
+        cls,
+        path: Path,
+        *,
+        device: str,
+        precision: Precision,
+        mode: CompileMode,
+        max_batch: int,
+        memory: DeviceMemory | None,
+        safety: float,
+        cache_dir: Path,
+        spatial_size: int | None = None,
+    ) -> TorchEngine:
+        """Convert and compile the model file at ``path`` (compiling itself happens per bucket, on first use).
+
+        Raises:
+            ModelError: the file cannot be read or uses an operator the converter does not support.
+        """
+        folder = use_compile_cache(cache_dir)
+        started = time.perf_counter()
+        module = convert(path, float_dtype=PRECISIONS[precision])
+        logger.info(
+            "model %s on torch %s (%s, %s, buckets up to %d, compile cache %s); converted in %.1fs",
+            path.name, device, precision, mode, max_batch, folder, time.perf_counter() - started,
+        )  # fmt: skip
+        return cls(
+            module,
+            device=device,
+            precision=precision,
+            mode=mode,
+            max_batch=max_batch,
+            memory=memory,
+            safety=safety,
+            spatial_size=spatial_size,
+        )
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        return tuple(spec.name for spec in self._inputs)
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        return tuple(spec.name for spec in self._outputs)
+
+    @property
+    def mode(self) -> CompileMode:
+        """The mode in force: the configured one, or ``eager`` after a fallback."""
+        return "eager" if self.stats.eager_fallbacks else self._mode
+
+    @property
+    def buckets(self) -> tuple[int, ...]:
+        """The batch sizes this engine compiles for."""
+        return self._buckets
+
+    @property
+    def max_batch(self) -> int:
+        """The largest bucket (after :meth:`warmup`, fitted to free memory)."""
+        return self._buckets[-1]
+
+    def fixed_batch(self, name: str) -> int | None:
+        """The batch size input ``name`` is fixed to, or ``None`` if its leading dimension is dynamic."""
+        spec = next(spec for spec in self._inputs if spec.name == name)
+        leading = spec.dims[0] if spec.dims else None
+        return leading if isinstance(leading, int) else None
+
+    def run(self, inputs: Mapping[str, Tensor]) -> list[Tensor]:
+        """Run any number of items; they go through in bucket-sized calls, outputs joined in order.
+
+        Raises:
+            ValueError: ``inputs`` does not name exactly the model's inputs, or batched inputs disagree in size.
+        """
+        if set(inputs) != set(self.input_names):
+            raise ValueError(f"model inputs are {list(self.input_names)}, got {sorted(inputs)}")
+        arrays = [np.asarray(inputs[spec.name], numpy_dtype(spec.elem_type)) for spec in self._inputs]
+        counts = {len(array) for array, spec in zip(arrays, self._inputs, strict=True) if spec.batched}
+        if len(counts) > 1:
+            raise ValueError(f"batched inputs disagree in size: {sorted(counts)}")
+        with self._lock, torch.inference_mode():
+            tensors = [self._tensor(array) for array in arrays]
+            if not counts:
+                return self._numpy([output.to("cpu") for output in self._call(tensors)])
+            count = counts.pop()
+            parts: list[list[torch.Tensor]] = [[] for _ in self._outputs]
+            for start in range(0, count, self.max_batch):
+                size = min(self.max_batch, count - start)
+                bucket = next(b for b in self._buckets if b >= size)
+                batch = [
+                    self._pad(tensor[start : start + size], bucket) if spec.batched else tensor
+                    for tensor, spec in zip(tensors, self._inputs, strict=True)
+                ]
+                for part, output, spec in zip(parts, self._call(batch), self._outputs, strict=True):
+                    # To the host now: CUDA-graph replays reuse their output buffers on the next call.
+                    part.append((output[:size] if spec.batched else output).to("cpu"))
+        joined = [torch.cat(part) if spec.batched else part[0] for part, spec in zip(parts, self._outputs, strict=True)]
+        return self._numpy(joined)
+
+    def warmup(self) -> None:
+        """Compile and run every bucket once, smallest first, measuring the memory one more item costs.
+
+        After the first two buckets the per-item peak is known; the buckets are then cut to the largest power
+        of two that fits in the free memory × safety (see :func:`~workers.engines.memory.fitted_batch`)
+        before the larger ones are compiled.
+        """
+        if any(self._concrete(spec) is None for spec in self._inputs):
+            logger.debug("warmup skipped: dynamic input sizes and no spatial_size given")
+            return
+        peaks: dict[int, int] = {}
+        for bucket in self._buckets:
+            if bucket not in self._buckets:  # cut by the fit below
+                break
+            peaks[bucket] = self._measure(bucket)
+            self.stats.warmed_buckets.append(bucket)
+            if len(peaks) == 2 or (len(peaks) == 1 and len(self._buckets) == 1):
+                self.per_item_bytes = _per_item(peaks)
+                self._fit()
+            elif len(peaks) > 2:
+                self.per_item_bytes = max(self.per_item_bytes or 0, _per_item(peaks))
+        logger.info(
+            "warm: buckets %s, %s per item, %d compiles in %.1fs (mode %s)",
+            list(self._buckets), _size(self.per_item_bytes), self.stats.compiles, self.stats.compile_seconds,
+            self.mode,
+        )  # fmt: skip
+
+    def _fit(self) -> None:
+        if not self.per_item_bytes:
+            return
+        fitted = fitted_batch(self.memory.free_bytes(), self.per_item_bytes, self._safety, self._limit)
+        if fitted < self._buckets[-1]:
+            logger.info("batch fitted to %s: %d (of %d) at %s per item", self.memory.device, fitted, self._limit,
+                        _size(self.per_item_bytes))  # fmt: skip
+            self._buckets = tuple(b for b in self._buckets if b <= fitted)
+
+    def _measure(self, bucket: int) -> int:
+        zeros = [
+            np.zeros((bucket, *shape[1:]) if spec.batched else shape, numpy_dtype(spec.elem_type))
+            for spec in self._inputs
+            if (shape := self._concrete(spec)) is not None
+        ]
+        self.memory.release()
+        self.memory.reset_peak()
+        base = self.memory.used_bytes()
+        with self._lock, torch.inference_mode():
+            self._call([self._tensor(array) for array in zeros])
+        if self._device.type == "cuda":
+            torch.cuda.synchronize(self._device)
+        return max(0, self.memory.peak_bytes() - base)
+
+    def _concrete(self, spec: TensorSpec) -> tuple[int, ...] | None:
+        sizes = [
+            d if isinstance(d, int) else 1 if axis == 0 else self._spatial_size for axis, d in enumerate(spec.dims)
+        ]
+        return None if any(s is None for s in sizes) else tuple(s for s in sizes if s is not None)
+
+    def _tensor(self, array: np.ndarray[Any, Any]) -> torch.Tensor:
+        tensor = torch.from_numpy(np.ascontiguousarray(array)).to(self._device)
+        return tensor.to(self._dtype) if tensor.is_floating_point() else tensor
+
+    @staticmethod
+    def _pad(tensor: torch.Tensor, bucket: int) -> torch.Tensor:
+        missing = bucket - len(tensor)
+        if missing == 0:
+            return tensor
+        return torch.cat([tensor, tensor[-1:].expand(missing, *tensor.shape[1:])])
+
+    def _numpy(self, outputs: Sequence[torch.Tensor]) -> list[Tensor]:
+        return [
+            output.to("cpu", torch.float32 if output.is_floating_point() else output.dtype)
+            .numpy()
+            .astype(numpy_dtype(spec.elem_type), copy=False)
+            for output, spec in zip(outputs, self._outputs, strict=True)
+        ]
+
+    def _call(self, tensors: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        shape = tuple(int(t.shape[0]) if t.dim() else 0 for t in tensors)
+        first = self._forward is not self._module and shape not in self._seen
+        started = time.perf_counter()
+        if self._graphs:  # the previous call's outputs are consumed: its CUDA-graph buffers may be reused
+            compiler: Any = torch.compiler  # untyped in torch
+            compiler.cudagraph_mark_step_begin()
+        try:
+            outputs = self._forward(*tensors)
+        except Exception as error:
+            if self._forward is self._module or self.memory.is_out_of_memory(error):
+                raise
+            eager: tuple[torch.Tensor, ...] = self._module(*tensors)  # raises if the model fails, not the compiler
+            self._fall_back(error)
+            return eager
+        if first:
+            self._seen.add(shape)
+            self.stats.compiles += 1
+            self.stats.compile_seconds += time.perf_counter() - started
+        return outputs
+
+    def _fall_back(self, error: BaseException) -> None:
+        self.stats.eager_fallbacks += 1
+        self.stats.fallback_reason = f"{type(error).__name__}: {error}"
+        self._forward = self._module
+        self._graphs = False
+        logger.warning(
+            "torch.compile (mode %s) failed; running this model eagerly (slower): %s",
+            self._mode, self.stats.fallback_reason.splitlines()[0][:500],
+        )  # fmt: skip
+
+
+def _per_item(peaks: Mapping[int, int]) -> int:
+    """The memory one more item costs: the slope between the smallest and largest measured buckets, or the one
+    bucket's peak divided by its size."""
+    sizes = sorted(peaks)
+    if len(sizes) == 1:
+        return peaks[sizes[0]] // sizes[0]
+    low, high = sizes[0], sizes[-1]
+    slope = (peaks[high] - peaks[low]) // (high - low)
+    return slope if slope > 0 else peaks[high] // high
+
+
+def _size(count: int | None) -> str:
+    return "?" if count is None else f"{count / 2**20:.1f} MiB"
+
+
+def device_for(family: str) -> str:
+    """The torch device of an accelerator family: CUDA and ROCm both appear as ``cuda``; MPS as ``mps``;
+    everything else (cpu, openvino) runs torch on the CPU.
+
+    Raises:
+        ModelError: the family's device is not usable by this torch build.
+    """
+    if family in {"cuda", "rocm"}:
+        if not torch.cuda.is_available():
+            raise ModelError(f"the worker's family is {family} but torch sees no GPU (torch {torch.__version__})")
+        return "cuda"
+    if family == "mps":
+        return "mps" if torch.backends.mps.is_available() else "cpu"
+    return "cpu"
