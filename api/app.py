@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
@@ -11,21 +11,31 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from api import jobs
+from api import jobs, metrics, output, progress
+from api.openapi import SwapfarmAPI
 from api.schemas import Health
 from shared.broker import make_celery
 from shared.db import engine_for
 from shared.dispatch import CeleryDispatcher
-from shared.errors import ServiceUnavailableError, SwapfarmError
+from shared.errors import RangeNotSatisfiableError, ServiceUnavailableError, SwapfarmError, UnauthorizedError
 from shared.settings import Settings, get_settings
 from shared.storage import Storage
 
 logger = logging.getLogger(__name__)
 
 
-def _error(status: int, code: str, message: str) -> JSONResponse:
-    return JSONResponse(status_code=status, content={"error": {"code": code, "message": message}})
+def _error(status: int, code: str, message: str, headers: Mapping[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(status_code=status, content={"error": {"code": code, "message": message}}, headers=headers)
+
+
+def _error_headers(exc: SwapfarmError) -> dict[str, str] | None:
+    if isinstance(exc, UnauthorizedError):
+        return {"WWW-Authenticate": 'Bearer realm="swapfarm"'}
+    if isinstance(exc, RangeNotSatisfiableError):
+        return {"Content-Range": f"bytes */{exc.size}"}
+    return None
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -34,23 +44,36 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         resolved = settings or get_settings()
         celery = make_celery(resolved)
         app.state.settings = resolved
-        app.state.storage = Storage(resolved.storage_url)
+        app.state.storage = Storage.from_settings(resolved)
         app.state.celery = celery
         app.state.dispatcher = CeleryDispatcher(celery)
+        app.state.metrics = metrics.registry_for(resolved.database_url, celery)
         yield
         celery.close()
 
-    app = FastAPI(
+    app = SwapfarmAPI(
         title="swapfarm",
         version="0.1.0",
         summary="Submit face-swap video jobs to the farm and follow them.",
         lifespan=lifespan,
     )
     app.include_router(jobs.router)
+    app.include_router(progress.router)
+    app.include_router(output.router)
+    app.include_router(metrics.router)
 
     @app.exception_handler(SwapfarmError)
     async def swapfarm_error(_: Request, exc: SwapfarmError) -> JSONResponse:
-        return _error(exc.http_status, exc.code, exc.message)
+        return _error(exc.http_status, exc.code, exc.message, _error_headers(exc))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 405:
+            allowed = app.allowed_methods(request.url.path)
+            headers = {"Allow": ", ".join(allowed)} if allowed else exc.headers
+            return _error(405, "method_not_allowed", f"{request.method} is not allowed here", headers)
+        code = "not_found" if exc.status_code == 404 else "http_error"
+        return _error(exc.status_code, code, str(exc.detail), exc.headers)
 
     @app.exception_handler(OperationalError)
     async def database_down(_: Request, exc: OperationalError) -> JSONResponse:

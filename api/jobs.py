@@ -1,36 +1,44 @@
-"""``/v1/jobs``: submit a job, read its state, download its output."""
+"""``/v1/jobs``: submit a job, list and read jobs, cancel and retry them.
+
+Every route acts for the caller's tenant (``api.auth``); a job of another tenant is answered as if it did not exist.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 import shutil
 import tempfile
-from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
-from fastapi import APIRouter, File, Form, Request, UploadFile
-from fastapi.responses import StreamingResponse
-from pydantic import ValidationError
+from fastapi import APIRouter, Header, Query, Request
+from fastapi import Path as PathParam
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
+from pydantic import AwareDatetime, BeforeValidator, ValidationError
+from sqlalchemy import and_, or_, select
 
-from api.schemas import ChunkCounts, ErrorBody, ErrorDetail, JobView, ProgressView
-from shared import jobs
+from api.auth import Caller
+from api.schemas import JOB_ID_EXAMPLE, SUBMISSION_BODY, JobList, JobView, error_responses
+from api.uploads import JobForm, read_job_form
+from api.views import job_view, owned_job, page_progress, tenant_names
+from shared import control, jobs
 from shared.db import session_scope
-from shared.errors import ConflictError, InvalidOptionsError, NotFoundError, TooLargeError
-from shared.models import Job
+from shared.dispatch import send_all
+from shared.errors import ConflictError, ForbiddenError, GoneError, InvalidOptionsError
+from shared.models import Job, Tenant
 from shared.options import JobOptions
 from shared.settings import Settings
 from shared.states import JobStatus
-from shared.storage import copy_stream
-from shared.submission import Upload, submit
+from shared.submission import Idempotency, MediaLimits, Owner, submit
+from shared.tenants import Principal
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
-_ERRORS: dict[int | str, dict[str, Any]] = {
-    404: {"model": ErrorBody, "description": "No such job"},
-    422: {"model": ErrorBody, "description": "Invalid input, with a stable error code"},
-    503: {"model": ErrorBody, "description": "Database or broker unavailable"},
-}
+JobId = Annotated[str, PathParam(description="The job's id", examples=[JOB_ID_EXAMPLE])]
 
 
 def _parse_options(raw: str) -> JobOptions:
@@ -47,105 +55,186 @@ def _first_error(exc: ValidationError) -> str:
     return f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}"
 
 
-def _spool(upload: UploadFile, folder: Path, limit: int, what: str) -> Upload:
-    local = folder / f"{what}-{len(list(folder.iterdir()))}"
-    try:
-        with local.open("wb") as out:
-            copy_stream(upload.file, out, limit)
-    except OverflowError as exc:
-        raise TooLargeError(f"{what} is larger than the {limit} byte limit") from exc
-    return Upload(path=local, name=upload.filename or what)
+def _request_hash(form: JobForm, options: JobOptions) -> str:
+    """What makes two submissions the same request: the files' contents and names, options and priority."""
+    digest = {
+        "target": [form.target.sha256, form.target.upload.name],
+        "sources": [s.sha256 for s in form.sources],
+        "options": options.model_dump(mode="json"),
+        "priority": form.priority,
+    }
+    return hashlib.sha256(json.dumps(digest, sort_keys=True).encode()).hexdigest()
 
 
-def view(job: Job, progress: jobs.Progress) -> JobView:
-    total = progress.frames_total
-    done = total if job.status == JobStatus.SUCCEEDED and total is not None else progress.frames_done
-    return JobView(
-        id=job.id,
-        status=JobStatus(job.status),
-        progress=ProgressView(
-            frames_done=done,
-            frames_total=total,
-            percent=round(100.0 * done / total, 1) if total else 0.0,
+def read_job(settings: Settings, caller: Principal, job_id: str) -> JobView:
+    with session_scope(settings.database_url) as session:
+        job = owned_job(session, caller, job_id)
+        return job_view(job, jobs.progress(session, job), settings, tenant_names(session, caller, [job]))
+
+
+@router.post(
+    "",
+    status_code=202,
+    response_model=JobView,
+    responses=error_responses(409, 413),
+    openapi_extra={"requestBody": SUBMISSION_BODY},
+)
+async def create_job(
+    request: Request,
+    caller: Caller,
+    idempotency_key: Annotated[
+        str | None,
+        Header(
+            alias="Idempotency-Key",
+            min_length=1,
+            max_length=255,
+            description="Retrying with the same key and request answers the same job; another request → 409",
         ),
-        chunks=ChunkCounts(total=job.chunks_total or 0, **progress.chunks),
-        error=ErrorDetail(code=job.error_code, message=job.error_message or "") if job.error_code else None,
-        target_name=job.target_name,
-        created_at=job.created_at,
-        started_at=job.started_at,
-        finished_at=job.finished_at,
+    ] = None,
+) -> JSONResponse:
+    """Submit a job: the upload is checked against the limits as it streams in, then stored, inserted and queued
+    (or ``waiting`` while the tenant is at its limit of jobs running at once). Returns at once (202)."""
+    settings: Settings = request.app.state.settings
+    folder = Path(tempfile.mkdtemp(prefix="swapfarm-upload-"))
+    try:
+        form = await read_job_form(request, folder, settings)
+        options = _parse_options(form.options)
+        job_id = await run_in_threadpool(
+            lambda: submit(
+                database_url=settings.database_url,
+                storage=request.app.state.storage,
+                dispatcher=request.app.state.dispatcher,
+                target=form.target.upload,
+                sources=[s.upload for s in form.sources],
+                options=options,
+                owner=Owner(tenant_id=caller.tenant_id, default_limit=settings.max_running_jobs_per_tenant),
+                priority=form.priority,
+                idempotency=Idempotency(idempotency_key, _request_hash(form, options)) if idempotency_key else None,
+                limits=MediaLimits(
+                    max_duration_seconds=settings.max_duration_seconds,
+                    max_frame_pixels=settings.max_frame_pixels,
+                    max_frames=settings.max_frames,
+                ),
+            )
+        )
+    finally:
+        await run_in_threadpool(shutil.rmtree, folder, True)
+    view = await run_in_threadpool(read_job, settings, caller, job_id)
+    return JSONResponse(
+        status_code=202, content=view.model_dump(mode="json"), headers={"Location": f"/v1/jobs/{job_id}"}
     )
 
 
-def read_job(settings: Settings, job_id: str) -> JobView:
-    with session_scope(settings.database_url) as session:
-        job = jobs.get_job(session, job_id)
-        if job is None:
-            raise NotFoundError(f"no job {job_id}")
-        return view(job, jobs.progress(session, job))
+# A page ends at a job; the next page starts after it: (created_at, id) in the listing's order. Any text of this
+# form is a valid place to start, so the cursor needs no signature or error of its own.
+CURSOR = r"^[0-9]{1,19}-[0-9a-f]{32}$"
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-@router.post("", status_code=202, response_model=JobView, responses={**_ERRORS, 413: {"model": ErrorBody}})
-def create_job(
-    request: Request,
-    target: Annotated[UploadFile, File(description="The video whose faces are processed")],
-    source: Annotated[list[UploadFile] | None, File(description="Source face image(s)")] = None,
-    options: Annotated[
-        str, Form(description="JobOptions as JSON", examples=['{"processors": ["passthrough"]}'])
-    ] = "{}",
-) -> JobView:
-    """Submit a job: stored, inserted and queued; returns at once with the job's id (202)."""
-    settings: Settings = request.app.state.settings
-    parsed = _parse_options(options)
-    folder = Path(tempfile.mkdtemp(prefix="swapfarm-upload-"))
+def _cursor(job: Job) -> str:
+    micros = (job.created_at - _EPOCH) // timedelta(microseconds=1)
+    return f"{micros}-{job.id}"
+
+
+def _after_cursor(cursor: str) -> tuple[datetime, str]:
+    micros, job_id = cursor.split("-", 1)
     try:
-        target_upload = _spool(target, folder, settings.max_upload_bytes, "target")
-        sources = [_spool(s, folder, settings.max_source_bytes, "source") for s in source or []]
-        job_id = submit(
-            database_url=settings.database_url,
-            storage=request.app.state.storage,
-            dispatcher=request.app.state.dispatcher,
-            target=target_upload,
-            sources=sources,
-            options=parsed,
-        )
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-    return read_job(settings, job_id)
+        return _EPOCH + timedelta(microseconds=int(micros)), job_id
+    except OverflowError:
+        return datetime.max.replace(tzinfo=UTC), job_id
 
 
-@router.get("/{job_id}", response_model=JobView, responses=_ERRORS)
-def get_job(request: Request, job_id: str) -> JobView:
-    """A job's state, progress, chunk counts and error."""
-    return read_job(request.app.state.settings, job_id)
+_RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})")
 
 
-@router.get(
-    "/{job_id}/output",
-    response_class=StreamingResponse,
-    responses={**_ERRORS, 409: {"model": ErrorBody, "description": "The job has not succeeded"}},
-)
-def get_output(request: Request, job_id: str) -> StreamingResponse:
-    """The finished video (MP4), streamed."""
+def _rfc3339(value: object) -> object:
+    """Only a full RFC 3339 date-time with its offset (what the schema says), not the numbers and bare dates
+    pydantic would also take."""
+    if not isinstance(value, str) or not _RFC3339.fullmatch(value):
+        raise ValueError("an RFC 3339 date-time with an offset, e.g. 2026-11-29T10:00:00Z")
+    return value
+
+
+DateTime = Annotated[AwareDatetime, BeforeValidator(_rfc3339)]
+
+
+@router.get("", response_model=JobList, responses=error_responses(403))
+def list_jobs(
+    request: Request,
+    caller: Caller,
+    status: Annotated[list[JobStatus] | None, Query(description="Only jobs in these states (repeatable)")] = None,
+    created_after: Annotated[DateTime | None, Query(description="Created at or after (RFC 3339)")] = None,
+    created_before: Annotated[DateTime | None, Query(description="Created before (RFC 3339)")] = None,
+    limit: Annotated[int, Query(ge=1, le=200, description="Jobs per page")] = 50,
+    cursor: Annotated[str | None, Query(pattern=CURSOR, description="`next_cursor` of the previous page")] = None,
+    tenant: Annotated[
+        str | None, Query(pattern=r"^[a-z0-9][a-z0-9_.-]{0,63}$", description="Admin keys only: one tenant's jobs")
+    ] = None,
+    all_tenants: Annotated[bool, Query(description="Admin keys only: every tenant's jobs")] = False,
+) -> JobList:
+    """The caller's jobs, newest first, a page at a time."""
+    settings: Settings = request.app.state.settings
+    if (tenant is not None or all_tenants) and not caller.admin:
+        raise ForbiddenError("listing other tenants' jobs needs an admin key")
+    query = select(Job)
+    if tenant is not None:
+        query = query.join(Tenant, Tenant.id == Job.tenant_id).where(Tenant.name == tenant)
+    elif not all_tenants:
+        query = query.where(Job.tenant_id == caller.tenant_id)
+    if status:
+        query = query.where(Job.status.in_([str(s) for s in status]))
+    if created_after is not None:
+        query = query.where(Job.created_at >= created_after)
+    if created_before is not None:
+        query = query.where(Job.created_at < created_before)
+    if cursor is not None:
+        at, last_id = _after_cursor(cursor)
+        query = query.where(or_(Job.created_at < at, and_(Job.created_at == at, Job.id < last_id)))
+    with session_scope(settings.database_url) as session:
+        rows = session.scalars(query.order_by(Job.created_at.desc(), Job.id.desc()).limit(limit + 1)).all()
+        page = rows[:limit]
+        progress = page_progress(session, page)
+        names = tenant_names(session, caller, page)
+        views = [job_view(job, progress[job.id], settings, names) for job in page]
+    return JobList(jobs=views, next_cursor=_cursor(page[-1]) if len(rows) > limit else None)
+
+
+@router.get("/{job_id}", response_model=JobView, responses=error_responses(404))
+def get_job(request: Request, caller: Caller, job_id: JobId) -> JobView:
+    """A job's state, progress (with the measured rate and ETA), chunk counts and error."""
+    return read_job(request.app.state.settings, caller, job_id)
+
+
+@router.post("/{job_id}/cancel", response_model=JobView, responses=error_responses(404, 409))
+def cancel_job(request: Request, caller: Caller, job_id: JobId) -> JobView:
+    """Cancel a job that has not ended: queued chunks are dropped, running ones stop after their current batch,
+    and the job's files are deleted. Cancelling a cancelled job again answers it unchanged."""
     settings: Settings = request.app.state.settings
     with session_scope(settings.database_url) as session:
-        job = jobs.get_job(session, job_id)
-        if job is None:
-            raise NotFoundError(f"no job {job_id}")
-        if job.status != JobStatus.SUCCEEDED or job.output_url is None:
-            raise ConflictError(f"job {job_id} is {job.status}, no output yet", code="output_not_ready")
-        url, name = job.output_url, Path(job.target_name).stem or "output"
+        job = owned_job(session, caller, job_id)
+        already = job.status == JobStatus.CANCELLED
+        outcome = control.Outcome(False) if already else control.cancel_job(
+            session, job.id, settings.max_running_jobs_per_tenant
+        )  # fmt: skip
+    if not already and not outcome.changed:
+        raise ConflictError(f"job {job_id} has ended; it cannot be cancelled", code="job_not_cancellable")
+    send_all(request.app.state.dispatcher, outcome.messages)
     storage = request.app.state.storage
-    size = storage.size(url)
+    storage.delete(storage.job_url(job_id), recursive=True)
+    return read_job(settings, caller, job_id)
 
-    def blocks() -> Iterator[bytes]:
-        with storage.open_read(url) as handle:
-            while block := handle.read(1 << 20):
-                yield block
 
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:100]
-    headers = {
-        "Content-Length": str(size),
-        "Content-Disposition": f'attachment; filename="{safe}-swapped.mp4"',
-    }
-    return StreamingResponse(blocks(), media_type="video/mp4", headers=headers)
+@router.post("/{job_id}/retry", status_code=202, response_model=JobView, responses=error_responses(404, 409, 410))
+def retry_job(request: Request, caller: Caller, job_id: JobId) -> JobView:
+    """Run a failed job again: only its chunks that are not done are rendered again (attempt counts go on).
+    The job waits for the tenant's limit like a new one."""
+    settings: Settings = request.app.state.settings
+    with session_scope(settings.database_url) as session:
+        job = owned_job(session, caller, job_id)
+        if job.expired_at is not None:
+            raise GoneError(f"job {job_id}: its files were deleted after the retention time", code="job_expired")
+        outcome = control.retry_job(session, job.id, settings.max_running_jobs_per_tenant)
+    if not outcome.changed:
+        raise ConflictError(f"job {job_id} has not failed; only a failed job can be retried", code="job_not_retryable")
+    send_all(request.app.state.dispatcher, outcome.messages)
+    return read_job(settings, caller, job_id)

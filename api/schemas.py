@@ -1,27 +1,85 @@
-"""The API's resources: one schema each, with examples; error bodies have their own."""
+"""The API's resources: one schema each, with examples; error bodies have their own, documented per status."""
 
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from shared.states import JobStatus
+from shared.events import EventKind
+from shared.states import ChunkStatus, JobStatus
+from shared.tasks import DEFAULT_PRIORITY, MAX_PRIORITY, MIN_PRIORITY
+
+JOB_ID_EXAMPLE = "3f2a9c0e5b7d4e1f8a6b2c4d9e0f1a2b"
 
 
 class ErrorDetail(BaseModel):
-    code: str = Field(examples=["media_not_video"])
-    message: str = Field(examples=["the target has no video stream"])
+    code: str = Field(description="Stable machine-readable code", examples=["media_not_video"])
+    message: str = Field(description="What went wrong, for people", examples=["the target has no video stream"])
 
 
 class ErrorBody(BaseModel):
+    """Every error answers with this body; ``error.code`` is stable (see ``shared/errors.py``)."""
+
     error: ErrorDetail
+
+
+# The codes each status may carry, documented once and attached to the routes that can answer them.
+_ERROR_CODES: dict[int, tuple[str, list[str]]] = {
+    401: ("No API key, or an unknown or revoked one", ["unauthorized"]),
+    403: ("The key lacks the admin scope", ["forbidden"]),
+    404: ("No such job, or the job belongs to another tenant", ["not_found"]),
+    409: (
+        "The request conflicts with the job's state or an earlier request",
+        ["job_not_cancellable", "job_not_retryable", "output_not_ready", "idempotency_conflict"],
+    ),
+    410: ("The job's files were deleted after the retention time", ["output_expired", "job_expired"]),
+    413: (
+        "Over a size limit, refused while the upload streamed",
+        ["upload_too_large", "source_too_large", "request_too_large"],
+    ),
+    416: ("The Range header is outside the file", ["range_not_satisfiable"]),
+    422: (
+        "Invalid input, with a stable code",
+        [
+            "request_invalid",
+            "options_invalid",
+            "media_unreadable",
+            "media_not_video",
+            "media_too_long",
+            "resolution_too_large",
+            "too_many_frames",
+            "source_invalid",
+            "too_many_sources",
+        ],
+    ),
+    503: ("The database or the broker is unavailable; try again", ["service_unavailable"]),
+}
+
+
+def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` for the error statuses a route can answer, with their codes as examples."""
+    responses: dict[int | str, dict[str, Any]] = {}
+    for status in sorted({401, 422, 503, *statuses}):
+        description, codes = _ERROR_CODES[status]
+        examples = {code: {"value": {"error": {"code": code, "message": "…"}}} for code in codes}
+        responses[status] = {
+            "model": ErrorBody,
+            "description": f"{description}. Codes: {', '.join(codes)}.",
+            "content": {"application/json": {"examples": examples}},
+        }
+    return responses
 
 
 class ProgressView(BaseModel):
     frames_done: int = Field(examples=[1200])
-    frames_total: int | None = Field(examples=[5400])
+    frames_total: int | None = Field(description="Known once the job is planned", examples=[5400])
     percent: float = Field(examples=[22.2])
+    frames_per_second: float | None = Field(
+        None, description="The farm's measured rate on this job, while it renders", examples=[61.5]
+    )
+    eta_seconds: float | None = Field(None, description="Time left at the measured rate", examples=[68.3])
 
 
 class ChunkCounts(BaseModel):
@@ -38,38 +96,165 @@ class JobView(BaseModel):
         json_schema_extra={
             "examples": [
                 {
-                    "id": "3f2a9c0e5b7d4e1f8a6b2c4d9e0f1a2b",
+                    "id": JOB_ID_EXAMPLE,
                     "status": "rendering",
-                    "progress": {"frames_done": 1200, "frames_total": 5400, "percent": 22.2},
-                    "chunks": {
-                        "total": 18,
-                        "queued": 12,
-                        "running": 2,
-                        "done": 4,
-                        "failed": 0,
-                        "cancelled": 0,
+                    "priority": 5,
+                    "progress": {
+                        "frames_done": 1200,
+                        "frames_total": 5400,
+                        "percent": 22.2,
+                        "frames_per_second": 61.5,
+                        "eta_seconds": 68.3,
                     },
+                    "chunks": {"total": 18, "queued": 12, "running": 2, "done": 4, "failed": 0, "cancelled": 0},
                     "error": None,
                     "target_name": "interview.mp4",
+                    "tenant": "studio-a",
+                    "retries": 0,
                     "created_at": "2026-11-29T10:00:00Z",
                     "started_at": "2026-11-29T10:00:02Z",
                     "finished_at": None,
+                    "output_expires_at": None,
+                    "expired": False,
                 }
             ]
         }
     )
 
     id: str
-    status: JobStatus
+    status: JobStatus = Field(description="waiting: for the tenant's limit of jobs running at once")
+    priority: int = Field(ge=MIN_PRIORITY, le=MAX_PRIORITY, description="0 lowest … 9 most urgent")
     progress: ProgressView
     chunks: ChunkCounts
     error: ErrorDetail | None
     target_name: str
+    tenant: str | None = Field(description="The owning tenant's name")
+    retries: int = Field(description="Times the job was retried after failing")
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+    output_expires_at: datetime | None = Field(description="When the job's files will be deleted")
+    expired: bool = Field(description="The job's files were deleted after the retention time")
+
+
+class JobList(BaseModel):
+    jobs: list[JobView]
+    next_cursor: str | None = Field(description="Pass as `cursor` for the next page; null on the last page")
+
+
+class ChunkView(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "index": 3,
+                    "frame_start": 900,
+                    "frame_end": 1200,
+                    "status": "done",
+                    "attempts": 2,
+                    "frames_done": 300,
+                    "worker": "cuda-4121@gpu-7",
+                    "error": {"code": "worker_lost", "message": "worker cuda-88@gpu-2 stopped heartbeating"},
+                    "started_at": "2026-11-29T10:01:10Z",
+                    "finished_at": "2026-11-29T10:01:16Z",
+                    "render_seconds": 5.9,
+                }
+            ]
+        }
+    )
+
+    index: int
+    frame_start: int
+    frame_end: int = Field(description="Exclusive")
+    status: ChunkStatus
+    attempts: int = Field(description="Render attempts so far, retries of the job included")
+    frames_done: int
+    worker: str | None = Field(description="The worker of the latest attempt")
+    error: ErrorDetail | None = Field(description="The latest failed attempt's error")
+    started_at: datetime | None
+    finished_at: datetime | None
+    render_seconds: float | None
+
+
+class ChunkList(BaseModel):
+    chunks: list[ChunkView]
+
+
+class EventView(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "id": 42,
+                    "at": "2026-11-29T10:01:10Z",
+                    "kind": "chunk_failed",
+                    "status": None,
+                    "chunk_index": 3,
+                    "attempt": 1,
+                    "worker": "cuda-88@gpu-2",
+                    "error_code": "ffmpeg_failed",
+                    "message": "encode exited with 1 (will retry)",
+                }
+            ]
+        }
+    )
+
+    id: int
+    at: datetime
+    kind: EventKind
+    status: JobStatus | None = Field(description="The job's state after the event, when it changed")
+    chunk_index: int | None
+    attempt: int | None
+    worker: str | None
+    error_code: str | None
+    message: str
+
+
+class EventList(BaseModel):
+    events: list[EventView]
+    next_after: int | None = Field(description="Pass as `after` for the next page; null when there is none yet")
 
 
 class Health(BaseModel):
     status: str = Field(examples=["ok"])
     checks: dict[str, str] = Field(default_factory=dict, examples=[{"database": "ok", "broker": "ok"}])
+
+
+# The multipart body of POST /v1/jobs, documented by hand: the endpoint parses the stream itself (see
+# ``api.uploads``), so FastAPI cannot derive it from parameters.
+SUBMISSION_BODY: dict[str, Any] = {
+    "required": True,
+    "content": {
+        "multipart/form-data": {
+            "schema": {
+                "type": "object",
+                "required": ["target"],
+                "properties": {
+                    "target": {
+                        "type": "string",
+                        "format": "binary",
+                        "description": "The video whose faces are processed",
+                    },
+                    "source": {
+                        "type": "array",
+                        "items": {"type": "string", "format": "binary"},
+                        "description": "Source face image(s), repeated as one part each",
+                    },
+                    "options": {
+                        "type": "string",
+                        "description": "JobOptions as JSON (processors, preset, chunk_frames, encoder, face)",
+                        "default": "{}",
+                        "examples": ['{"processors": ["face_swapper"], "preset": "fast"}'],
+                    },
+                    "priority": {
+                        "type": "integer",
+                        "minimum": MIN_PRIORITY,
+                        "maximum": MAX_PRIORITY,
+                        "default": DEFAULT_PRIORITY,
+                        "description": "0 lowest … 9 most urgent; honoured by every queue of the farm",
+                    },
+                },
+            },
+        }
+    },
+}

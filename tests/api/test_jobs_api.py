@@ -16,11 +16,12 @@ from shared.db import session_scope
 from shared.models import Job
 from shared.settings import Settings
 from shared.tasks import CONTROL_QUEUE, PLAN
+from tests.support.tenants import bearer
 
 
 @pytest.fixture
-def client(settings: Settings) -> Iterator[TestClient]:
-    with TestClient(create_app(settings)) as client:
+def client(settings: Settings, api_key: str) -> Iterator[TestClient]:
+    with TestClient(create_app(settings), headers=bearer(api_key)) as client:
         yield client
 
 
@@ -45,7 +46,9 @@ def test_a_video_is_accepted_stored_and_queued_for_planning(
     assert response.status_code == 202, response.text
     body = response.json()
     assert body["status"] == "queued" and body["target_name"] == "my clip.mp4"
-    messages = redis.Redis.from_url(settings.broker_url).lrange(CONTROL_QUEUE, 0, -1)
+    broker = redis.Redis.from_url(settings.broker_url)
+    # one list per priority level: the queue's name, then the name with a separator and the level
+    messages = [m for key in broker.keys(f"{CONTROL_QUEUE}*") for m in broker.lrange(key, 0, -1)]
     headers = [json.loads(m)["headers"] for m in messages]
     assert any(h["task"] == PLAN and body["id"] in h["argsrepr"] + h["kwargsrepr"] for h in headers)
     assert client.get(f"/v1/jobs/{body['id']}").json()["status"] == "queued"

@@ -1,0 +1,102 @@
+"""``/metrics``: the farm as Prometheus sees it, read fresh at every scrape.
+
+* ``swapfarm_jobs{state}`` and ``swapfarm_chunks{state}``: rows by state, from the database (every state is
+  listed, zeros included, so a dashboard never loses a series).
+* ``swapfarm_queue_depth{queue}``: messages waiting in each Celery queue, from the broker (see
+  :func:`shared.broker.queue_depths`). Flower does not export it; it is what an autoscaler scales workers on.
+* ``swapfarm_metrics_source_up{source}``: 1 when the database (``database``) or broker (``broker``) answered this
+  scrape; a source that is down drops its series from the scrape instead of failing it.
+
+Each worker process serves its own rendering series (``workers.metrics``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from fastapi import APIRouter, Request, Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+from sqlalchemy import func, select
+from sqlalchemy.exc import SQLAlchemyError
+
+from shared.broker import queue_depths
+from shared.db import session_scope
+from shared.models import Chunk, Job
+from shared.states import ChunkStatus, JobStatus
+
+if TYPE_CHECKING:
+    from celery import Celery
+
+__all__ = ["FarmCollector", "registry_for", "router"]
+
+logger = logging.getLogger(__name__)
+router = APIRouter(tags=["metrics"])
+
+
+class FarmCollector(Collector):
+    """Jobs and chunks by state (database) and queue depth (broker), collected at scrape time."""
+
+    def __init__(self, database_url: str, celery: Celery) -> None:
+        self._database_url = database_url
+        self._celery = celery
+
+    def collect(self) -> Iterator[Metric]:
+        up = GaugeMetricFamily(
+            "swapfarm_metrics_source_up", "1 when the source answered this scrape, else 0", labels=["source"]
+        )
+        try:
+            jobs, chunks = self._states()
+        except SQLAlchemyError as exc:
+            logger.warning("metrics: database unavailable: %s", exc.__class__.__name__)
+            up.add_metric(["database"], 0.0)
+        else:
+            yield jobs
+            yield chunks
+            up.add_metric(["database"], 1.0)
+        try:
+            depths = queue_depths(self._celery)
+        except Exception as exc:  # whatever the transport raises when the broker is away: reported, never fatal
+            logger.warning("metrics: broker unavailable: %s", exc.__class__.__name__)
+            up.add_metric(["broker"], 0.0)
+        else:
+            depth = GaugeMetricFamily(
+                "swapfarm_queue_depth", "Messages waiting in each Celery queue (all priorities)", labels=["queue"]
+            )
+            for queue, count in depths.items():
+                depth.add_metric([queue], float(count))
+            yield depth
+            up.add_metric(["broker"], 1.0)
+        yield up
+
+    def _states(self) -> tuple[GaugeMetricFamily, GaugeMetricFamily]:
+        with session_scope(self._database_url) as session:
+            job_counts = {
+                state: n for state, n in session.execute(select(Job.status, func.count()).group_by(Job.status))
+            }
+            chunk_counts = {
+                state: n for state, n in session.execute(select(Chunk.status, func.count()).group_by(Chunk.status))
+            }
+        jobs = GaugeMetricFamily("swapfarm_jobs", "Jobs by state", labels=["state"])
+        for job_state in JobStatus:
+            jobs.add_metric([job_state.value], float(job_counts.get(job_state.value, 0)))
+        chunks = GaugeMetricFamily("swapfarm_chunks", "Chunks by state", labels=["state"])
+        for chunk_state in ChunkStatus:
+            chunks.add_metric([chunk_state.value], float(chunk_counts.get(chunk_state.value, 0)))
+        return jobs, chunks
+
+
+def registry_for(database_url: str, celery: Celery) -> CollectorRegistry:
+    """A registry of the API process's farm-wide series (its own, not the global default registry)."""
+    registry = CollectorRegistry()
+    registry.register(FarmCollector(database_url, celery))
+    return registry
+
+
+@router.get("/metrics", include_in_schema=False)
+def metrics(request: Request) -> Response:
+    """The farm's series in Prometheus' text format."""
+    return Response(generate_latest(request.app.state.metrics), media_type=CONTENT_TYPE_LATEST)

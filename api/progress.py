@@ -1,0 +1,139 @@
+"""Following a job: its chunks, its event log, and the log as server-sent events until the job ends."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Query, Request
+from fastapi import Path as PathParam
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import StreamingResponse
+from sqlalchemy import select
+
+from api.auth import Caller
+from api.schemas import JOB_ID_EXAMPLE, ChunkList, EventList, EventView, JobView, error_responses
+from api.views import chunk_view, event_view, job_view, owned_job, tenant_names
+from shared import events, jobs
+from shared.db import session_scope
+from shared.models import Chunk, utcnow
+from shared.settings import Settings
+from shared.states import FINISHED_JOB_STATES
+from shared.tenants import Principal
+
+router = APIRouter(prefix="/v1/jobs", tags=["progress"])
+
+JobId = Annotated[str, PathParam(description="The job's id", examples=[JOB_ID_EXAMPLE])]
+# Events are numbered when inserted but seen when committed, which may be in another order: the stream looks
+# back this far for late arrivals, and never sends an event twice.
+_SETTLE = timedelta(seconds=10)
+
+
+class EventStreamResponse(StreamingResponse):
+    media_type = "text/event-stream"
+
+
+@router.get("/{job_id}/chunks", response_model=ChunkList, responses=error_responses(404))
+def list_chunks(request: Request, caller: Caller, job_id: JobId) -> ChunkList:
+    """Every chunk of the job with its state, attempts, worker and latest error (empty until it is planned)."""
+    settings: Settings = request.app.state.settings
+    with session_scope(settings.database_url) as session:
+        job = owned_job(session, caller, job_id)
+        rows = session.scalars(select(Chunk).where(Chunk.job_id == job.id).order_by(Chunk.index)).all()
+        return ChunkList(chunks=[chunk_view(c) for c in rows])
+
+
+@router.get("/{job_id}/events", response_model=EventList, responses=error_responses(404))
+def list_events(
+    request: Request,
+    caller: Caller,
+    job_id: JobId,
+    after: Annotated[int, Query(ge=0, le=2**62, description="Only events with a larger id")] = 0,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 200,
+) -> EventList:
+    """The job's event log, oldest first: state changes, chunk attempts with their workers, errors, retries."""
+    settings: Settings = request.app.state.settings
+    with session_scope(settings.database_url) as session:
+        job = owned_job(session, caller, job_id)
+        rows = [event_view(e) for e in events.after(session, job.id, after, limit)]
+    return EventList(events=rows, next_after=rows[-1].id if rows else None)
+
+
+def _poll(
+    settings: Settings, caller: Principal, job_id: str, after_id: int
+) -> tuple[JobView, list[EventView], list[tuple[int, float]]]:
+    with session_scope(settings.database_url) as session:
+        # The job first: every event committed before its state was read is then in the events read after.
+        job = owned_job(session, caller, job_id)
+        view = job_view(job, jobs.progress(session, job), settings, tenant_names(session, caller, [job]))
+        rows = events.after(session, job.id, after_id, 500)
+        now = utcnow()
+        return view, [event_view(e) for e in rows], [(e.id, (now - e.at).total_seconds()) for e in rows]
+
+
+async def _stream(
+    request: Request, settings: Settings, caller: Principal, job_id: str, last_id: int, max_seconds: int
+) -> AsyncIterator[str]:
+    deadline = time.monotonic() + max_seconds
+    settled, sent = last_id, set[int]()
+    previous: JobView | None = None
+    yield "retry: 2000\n\n"
+    while True:
+        view, rows, ages = await run_in_threadpool(_poll, settings, caller, job_id, settled)
+        for event in rows:
+            if event.id not in sent:
+                sent.add(event.id)
+                yield f"id: {event.id}\nevent: event\ndata: {event.model_dump_json()}\n\n"
+        old = [event_id for event_id, age in ages if age > _SETTLE.total_seconds()]
+        if old:
+            settled = max(settled, *old)
+            sent = {i for i in sent if i > settled}
+        if view != previous:
+            previous = view
+            yield f"event: job\ndata: {view.model_dump_json()}\n\n"
+        if view.status in FINISHED_JOB_STATES:
+            yield f"event: end\ndata: {view.model_dump_json()}\n\n"
+            return
+        if time.monotonic() > deadline or await request.is_disconnected():
+            return
+        await asyncio.sleep(settings.events_poll_seconds)
+
+
+@router.get(
+    "/{job_id}/events/stream",
+    response_class=EventStreamResponse,
+    responses={
+        200: {
+            "description": (
+                "Server-sent events: `event` (one EventView per log entry, `id` = its id), `job` (the JobView "
+                "whenever it changes: state, progress, ETA) and a last `end` (the final JobView) when the job ends."
+            ),
+            "content": {
+                "text/event-stream": {
+                    "schema": {"type": "string"},
+                    "example": 'id: 7\nevent: event\ndata: {"id": 7, "kind": "chunk_done", ...}\n\n',
+                }
+            },
+        },
+        **error_responses(404),
+    },
+)
+async def stream_events(
+    request: Request,
+    caller: Caller,
+    job_id: JobId,
+    last_event_id: Annotated[
+        int | None, Header(alias="Last-Event-ID", ge=0, le=2**62, description="Resume after this event")
+    ] = None,
+    max_seconds: Annotated[
+        int, Query(ge=1, le=3600, description="End the stream after this long; clients reconnect")
+    ] = 600,
+) -> EventStreamResponse:
+    """The job's events as server-sent events, from the start (or after ``Last-Event-ID``) until the job ends."""
+    settings: Settings = request.app.state.settings
+    await run_in_threadpool(_poll, settings, caller, job_id, 2**62)  # 404 before the stream starts
+    stream = _stream(request, settings, caller, job_id, last_event_id or 0, max_seconds)
+    return EventStreamResponse(stream, headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})

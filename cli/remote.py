@@ -1,0 +1,232 @@
+"""``swapfarm submit|status|list|cancel|retry|download``: the farm's API from a terminal.
+
+The API's URL and key come from ``--url``/``--key`` or the settings (``SWAPFARM_API_URL``, ``SWAPFARM_API_KEY``).
+Errors print the API's stable code and exit non-zero.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn, TransferSpeedColumn
+from rich.table import Table
+
+from shared.options import ProcessorName, choices
+from shared.settings import get_settings
+from shared.states import JobStatus
+
+if TYPE_CHECKING:
+    from api.client import Client
+    from api.schemas import EventView, JobView
+
+out = Console()
+err = Console(stderr=True)
+
+Url = Annotated[str | None, typer.Option("--url", help="The API (default: SWAPFARM_API_URL)")]
+Key = Annotated[str | None, typer.Option("--key", help="API key (default: SWAPFARM_API_KEY)", show_default=False)]
+JobArg = Annotated[str, typer.Argument(help="The job's id")]
+
+
+@contextmanager
+def _client(url: str | None, key: str | None) -> Iterator[Client]:
+    import httpx
+
+    from api.client import ApiError, Client
+
+    settings = get_settings()
+    secret = key or (settings.api_key.get_secret_value() if settings.api_key else None)
+    try:
+        with Client(url or settings.api_url, secret) as client:
+            yield client
+    except ApiError as exc:
+        err.print(f"[red]{exc.code}[/]: {exc.message}")
+        raise typer.Exit(1) from exc
+    except httpx.TransportError as exc:
+        err.print(f"[red]unreachable[/]: {exc}")
+        raise typer.Exit(1) from exc
+
+
+def _line(job: JobView) -> str:
+    p = job.progress
+    frames = f"{p.frames_done}/{p.frames_total}" if p.frames_total is not None else f"{p.frames_done}"
+    eta = f", ETA {p.eta_seconds:.0f}s" if p.eta_seconds is not None else ""
+    error = f" — {job.error.code}: {job.error.message}" if job.error else ""
+    return f"{job.id} {job.status} {p.percent:.1f}% ({frames} frames{eta}){error}"
+
+
+def _event_line(event: EventView) -> str | None:
+    if event.kind in {"chunk_started", "chunk_done"}:
+        return None  # the bar shows these
+    parts = [f"{event.at:%H:%M:%S}", str(event.kind)]
+    if event.chunk_index is not None:
+        parts.append(f"chunk {event.chunk_index}")
+    if event.attempt is not None:
+        parts.append(f"attempt {event.attempt}")
+    if event.worker:
+        parts.append(f"on {event.worker}")
+    if event.error_code:
+        parts.append(f"[red]{event.error_code}[/]")
+    if event.message:
+        parts.append(event.message)
+    return " ".join(parts)
+
+
+def _watch(client: Client, job_id: str) -> JobView:
+    """Follow the job with a live bar until it ends; returns its final state."""
+    from api.schemas import EventView
+
+    job = client.job(job_id)
+    columns = (
+        TextColumn("[bold]{task.fields[status]}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[rate]}"),
+    )
+    with Progress(*columns, console=err, transient=False) as bar:
+        task = bar.add_task("frames", total=job.progress.frames_total, status=job.status, rate="")
+        for item in client.follow(job_id):
+            if isinstance(item, EventView):
+                if line := _event_line(item):
+                    bar.console.print(line, highlight=False)
+                continue
+            job, p = item, item.progress
+            rate = (
+                f"{p.frames_per_second:.1f} fps, ETA {p.eta_seconds:.0f}s"
+                if p.frames_per_second and p.eta_seconds is not None
+                else ""
+            )
+            bar.update(task, completed=p.frames_done, total=p.frames_total, status=job.status, rate=rate)
+    return job
+
+
+def _finish(job: JobView) -> None:
+    out.print(_line(job), highlight=False)
+    if job.status != JobStatus.SUCCEEDED:
+        raise typer.Exit(1)
+
+
+def _processor(values: list[str] | None) -> list[str]:
+    for value in values or []:
+        if value not in choices(ProcessorName):
+            raise typer.BadParameter(f"{value!r} is not one of {', '.join(choices(ProcessorName))}")
+    return values or []
+
+
+def submit(
+    target: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="The video to process")],
+    source: Annotated[list[Path] | None, typer.Option(exists=True, dir_okay=False, help="Source face image")] = None,
+    processor: Annotated[
+        list[str] | None, typer.Option(callback=_processor, help="Processor, in order; repeatable")
+    ] = None,
+    options: Annotated[str, typer.Option(help="More JobOptions as JSON")] = "{}",
+    priority: Annotated[int | None, typer.Option(min=0, max=9, help="0 lowest … 9 most urgent")] = None,
+    idempotency_key: Annotated[str | None, typer.Option(help="Submitting again with it answers the same job")] = None,
+    watch: Annotated[bool, typer.Option(help="Follow the job until it ends")] = False,
+    url: Url = None,
+    key: Key = None,
+) -> None:
+    """Submit a job to the farm; prints its id (and follows it with --watch)."""
+    try:
+        data = json.loads(options)
+    except ValueError as exc:
+        raise typer.BadParameter(f"--options: {exc}") from exc
+    if processor:
+        data["processors"] = processor
+    with _client(url, key) as client:
+        job = client.submit(target, source or [], options=data, priority=priority, idempotency_key=idempotency_key)
+        out.print(job.id, highlight=False)
+        if watch:
+            _finish(_watch(client, job.id))
+
+
+def status(
+    job_id: JobArg,
+    watch: Annotated[bool, typer.Option(help="Follow the job with a live progress bar until it ends")] = False,
+    chunks: Annotated[bool, typer.Option(help="Show every chunk with its state, attempts and worker")] = False,
+    url: Url = None,
+    key: Key = None,
+) -> None:
+    """A job's state and progress."""
+    with _client(url, key) as client:
+        if watch:
+            _finish(_watch(client, job_id))
+            return
+        job = client.job(job_id)
+        out.print(_line(job), highlight=False)
+        if chunks:
+            table = Table("chunk", "frames", "status", "attempts", "worker", "error")
+            for c in client.chunks(job_id).chunks:
+                error = f"{c.error.code}: {c.error.message}" if c.error else ""
+                table.add_row(
+                    str(c.index), f"{c.frame_start}-{c.frame_end - 1}", c.status, str(c.attempts), c.worker or "", error
+                )
+            out.print(table)
+
+
+def list_jobs(
+    status: Annotated[list[JobStatus] | None, typer.Option(help="Only jobs in this state; repeatable")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=200)] = 20,
+    all_tenants: Annotated[bool, typer.Option(help="Every tenant's jobs (admin keys)")] = False,
+    url: Url = None,
+    key: Key = None,
+) -> None:
+    """The newest jobs."""
+    with _client(url, key) as client:
+        page = client.jobs(status=[str(s) for s in status or []], limit=limit, all_tenants=all_tenants)
+    table = Table("id", "status", "priority", "progress", "target", "created")
+    if all_tenants:
+        table.add_column("tenant")
+    for job in page.jobs:
+        row = [job.id, job.status, str(job.priority), f"{job.progress.percent:.1f}%", job.target_name]
+        row.append(f"{job.created_at:%Y-%m-%d %H:%M:%S}")
+        table.add_row(*row, *([job.tenant or ""] if all_tenants else []))
+    out.print(table)
+
+
+def cancel(job_id: JobArg, url: Url = None, key: Key = None) -> None:
+    """Cancel a job: its running chunks stop after their current batch, its files are deleted."""
+    with _client(url, key) as client:
+        out.print(_line(client.cancel(job_id)), highlight=False)
+
+
+def retry(
+    job_id: JobArg,
+    watch: Annotated[bool, typer.Option(help="Follow the job until it ends")] = False,
+    url: Url = None,
+    key: Key = None,
+) -> None:
+    """Run a failed job again: only its chunks that are not done are rendered again."""
+    with _client(url, key) as client:
+        job = client.retry(job_id)
+        out.print(_line(job), highlight=False)
+        if watch:
+            _finish(_watch(client, job_id))
+
+
+def download(
+    job_id: JobArg,
+    output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the video")],
+    url: Url = None,
+    key: Key = None,
+) -> None:
+    """Download a job's output (resumes an interrupted download)."""
+    columns = (TextColumn("[bold]download"), BarColumn(), DownloadColumn(), TransferSpeedColumn())
+    with _client(url, key) as client, Progress(*columns, console=err) as bar:
+        task = bar.add_task("bytes", total=None)
+        client.download(job_id, output, on_progress=lambda done, total: bar.update(task, completed=done, total=total))
+    err.print(f"wrote {output}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(submit)
+    app.command()(status)
+    app.command("list")(list_jobs)
+    app.command()(cancel)
+    app.command()(retry)
+    app.command()(download)

@@ -1,0 +1,118 @@
+"""What a user (or the retention time) does to a job: cancel it, retry it, expire its files.
+
+Each is one transaction of conditional UPDATEs, with its event, and with the admission it makes possible:
+a cancelled job frees a place for the tenant's next waiting job; a retried one waits for a place like a new one.
+Callers commit, then send the returned messages and delete files (Postgres first, then Redis and storage).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from shared.admission import admit, lock_tenant
+from shared.events import EventKind, record
+from shared.models import Chunk, Job, utcnow
+from shared.states import FINISHED_JOB_STATES, ChunkStatus, JobStatus, chunk_sources_of, sources_of
+from shared.tasks import Message
+
+
+@dataclass(frozen=True)
+class Outcome:
+    changed: bool  # False: the job was not in a state the action applies to
+    messages: list[Message] = field(default_factory=list)
+
+
+def _lock_owner(session: Session, job_id: str) -> str | None:
+    tenant_id = session.scalar(select(Job.tenant_id).where(Job.id == job_id))
+    if tenant_id is not None:
+        lock_tenant(session, tenant_id)
+    return tenant_id
+
+
+def cancel_job(session: Session, job_id: str, default_limit: int) -> Outcome:
+    """Cancel a job that has not ended: its queued chunks are dropped and its running ones stop between batches.
+
+    A running chunk's heartbeat finds the chunk no longer ``running`` under its token and stops the render; a
+    queued chunk's message finds the job not ``rendering`` and does nothing. The caller deletes the job's files.
+    """
+    tenant_id = _lock_owner(session, job_id)
+    moved = session.execute(
+        update(Job)
+        .where(Job.id == job_id, Job.status.in_(sources_of(JobStatus.CANCELLED)))
+        .values(status=JobStatus.CANCELLED, finished_at=utcnow(), lease_token=None, lease_expires_at=None)
+        .returning(Job.id)
+    ).first()
+    if moved is None:
+        return Outcome(changed=False)
+    session.execute(
+        update(Chunk)
+        .where(Chunk.job_id == job_id, Chunk.status.in_(chunk_sources_of(ChunkStatus.CANCELLED)))
+        .values(status=ChunkStatus.CANCELLED, lease_token=None, lease_expires_at=None)
+    )
+    record(session, job_id, EventKind.CANCELLED, status=JobStatus.CANCELLED)
+    return Outcome(changed=True, messages=admit(session, tenant_id, default_limit))
+
+
+def retry_job(session: Session, job_id: str, default_limit: int) -> Outcome:
+    """Run a failed job again: only its chunks that are not done are rendered again, each with a fresh attempt
+    budget (``attempts`` keeps counting; the limit counts from ``attempts_at_retry``).
+
+    The job waits for admission like a new one, then goes back to the step it failed in (plan, render, stitch).
+    """
+    tenant_id = _lock_owner(session, job_id)
+    now = utcnow()
+    moved = session.execute(
+        update(Job)
+        .where(Job.id == job_id, Job.status == JobStatus.FAILED, Job.expired_at.is_(None))
+        .values(
+            status=JobStatus.WAITING,
+            retries=Job.retries + 1,
+            attempts=0,
+            error_code=None,
+            error_message=None,
+            finished_at=None,
+            enqueued_at=now,
+        )
+        .returning(Job.retries)
+    ).first()
+    if moved is None:
+        return Outcome(changed=False)
+    session.execute(
+        update(Chunk)
+        .where(Chunk.job_id == job_id, Chunk.status.in_((ChunkStatus.FAILED, ChunkStatus.CANCELLED)))
+        .values(
+            status=ChunkStatus.QUEUED,
+            attempts_at_retry=Chunk.attempts,
+            frames_done=0,
+            error_code=None,
+            error_message=None,
+            lease_token=None,
+            lease_expires_at=None,
+            enqueued_at=now,
+        )
+    )
+    record(session, job_id, EventKind.RETRIED, status=JobStatus.WAITING, message=f"retry {moved[0]}")
+    return Outcome(changed=True, messages=admit(session, tenant_id, default_limit))
+
+
+def expire_due(session: Session, ttl_seconds: float, limit: int = 100) -> list[str]:
+    """Mark finished jobs older than the retention time as expired; returns their ids, whose files the caller
+    deletes after the commit. Marked first, deleted second: a job is never retried onto deleted inputs."""
+    cutoff = utcnow() - timedelta(seconds=ttl_seconds)
+    due = session.scalars(
+        select(Job.id)
+        .where(Job.status.in_(FINISHED_JOB_STATES), Job.finished_at < cutoff, Job.expired_at.is_(None))
+        .order_by(Job.finished_at)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+    ).all()
+    if not due:
+        return []
+    session.execute(update(Job).where(Job.id.in_(due)).values(expired_at=utcnow(), output_url=None))
+    for job_id in due:
+        record(session, job_id, EventKind.EXPIRED, message=f"files deleted after {ttl_seconds:.0f}s")
+    return list(due)

@@ -1,0 +1,69 @@
+"""Schemathesis against ``/openapi.json`` of a running API server, with a valid key: generated requests for every
+operation, checked by schemathesis' default checks (no server error; documented statuses, content types, headers
+and bodies; auth enforced).
+
+Bounded: a few derandomized examples per operation, so the run is quick and the same each time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx
+import pytest
+import schemathesis
+from hypothesis import HealthCheck
+from hypothesis import settings as hypothesis_settings
+from schemathesis.specs.openapi.checks import positive_data_acceptance
+
+from api.app import create_app
+from shared.settings import Settings
+from tests.support.live import LiveApi, live_api
+from tests.support.tenants import bearer, make_key
+
+EXAMPLES = 12
+
+# The description does not depend on settings: it is read from an app that is never started. The test checks below
+# that the server serves this same description.
+schema = schemathesis.openapi.from_dict(create_app().openapi())
+
+
+@pytest.fixture(scope="module")
+def server(
+    database_url: str, broker_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[LiveApi, str]]:
+    """One API server for every operation; small upload limits keep generated uploads cheap to refuse."""
+    home = tmp_path_factory.mktemp("fuzz")
+    settings = Settings(
+        environment="test",
+        database_url=database_url,
+        broker_url=broker_url,
+        storage_url=f"file://{home / 'storage'}",
+        work_dir=home / "work",
+        max_upload_bytes=64 * 1024,
+        max_source_bytes=8 * 1024,
+    )
+    (home / "logs").mkdir()
+    with live_api(settings, home / "logs") as api:
+        yield api, make_key(settings)
+
+
+def test_the_server_serves_the_description_that_is_fuzzed(server: tuple[LiveApi, str]) -> None:
+    api, _ = server
+    assert httpx.get(f"{api.url}/openapi.json").json() == schema.raw_schema
+
+
+@schema.parametrize()
+@hypothesis_settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+def test_the_api_answers_every_generated_request_as_documented(
+    case: schemathesis.Case, server: tuple[LiveApi, str]
+) -> None:
+    api, key = server
+    # A schema cannot say "a decodable video": a schema-valid upload of random bytes is rightly refused (422).
+    excluded = [positive_data_acceptance] if (case.method, case.path) == ("POST", "/v1/jobs") else []
+    case.call_and_validate(base_url=api.url, headers=bearer(key), excluded_checks=excluded)

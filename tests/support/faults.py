@@ -1,0 +1,36 @@
+"""Faults injected at a process boundary the farm owns: the ``ffmpeg`` a worker runs is the first one on its PATH.
+
+:func:`failing_encoder` puts a stand-in first on a worker's PATH. While its switch file exists, it fails the encode
+of one chunk (the encoder's output file names the chunk: ``<index>.mp4``), as a broken encoder build or a bad
+frame would; every other call, and every call once the switch is removed, runs the real ffmpeg. No code of the
+farm knows about it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+_SCRIPT = """#!/bin/sh
+if [ -e '{switch}' ]; then
+  for arg in "$@"; do
+    case "$arg" in
+      */{name}) echo "injected fault: the encoder crashed writing $arg" >&2; exit 1;;
+    esac
+  done
+fi
+exec '{ffmpeg}' "$@"
+"""
+
+
+def failing_encoder(folder: Path, chunk_index: int, switch: Path) -> dict[str, str]:
+    """The environment for a worker whose encodes of chunk ``chunk_index`` fail while ``switch`` exists."""
+    real = shutil.which("ffmpeg")
+    assert real is not None, "ffmpeg is not installed"
+    folder.mkdir(parents=True, exist_ok=True)
+    script = folder / "ffmpeg"
+    script.write_text(_SCRIPT.format(switch=switch, name=f"{chunk_index:05d}.mp4", ffmpeg=real))
+    script.chmod(0o755)
+    switch.touch()
+    return {"PATH": f"{folder}{os.pathsep}{os.environ.get('PATH', '')}"}
