@@ -1,0 +1,70 @@
+# syntax=docker/dockerfile:1
+# swapfarm ROCm worker (linux/amd64): ROCm 6.4 with MIGraphX, torch's ROCm build (the compiled engine) and ONNX
+# Runtime's MIGraphX build (the MIGraphX execution provider, AMD's successor to the ROCm provider).
+# Run with the GPU's device files (there is no --gpus for AMD):
+#   docker build -f docker/worker-rocm.Dockerfile -t swapfarm/worker-rocm:0.1.0 .
+#   docker run --device /dev/kfd --device /dev/dri --group-add video ... swapfarm/worker-rocm:0.1.0
+# Bump together: the ROCm base, TORCH_INDEX_URL (PyTorch's wheel index of that ROCm) and onnxruntime-migraphx's
+# pin in docker/constraints.txt (built against a given ROCm/MIGraphX release).
+FROM ghcr.io/astral-sh/uv:0.7.13 AS uv
+
+FROM rocm/dev-ubuntu-22.04:6.4.1
+
+ARG PYTHON_VERSION=3.11.13
+ARG FFMPEG_VERSION=7:4.4.2-0ubuntu0.22.04.1
+ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/rocm6.4
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_CONSTRAINT=/opt/swapfarm/src/docker/constraints.txt \
+    UV_PYTHON_INSTALL_DIR=/opt/python \
+    PATH=/opt/swapfarm/venv/bin:$PATH \
+    SWAPFARM_FAMILY=rocm \
+    SWAPFARM_WORK_DIR=/var/lib/swapfarm/work \
+    SWAPFARM_MODEL_CACHE_DIR=/var/cache/swapfarm/models \
+    SWAPFARM_WORKER_METRICS_PORT=9100 \
+    SWAPFARM_WORKER_METRICS_ADDRESS=0.0.0.0 \
+    SWAPFARM_TORCH_COMPILE_CACHE_DIR=/var/cache/swapfarm/compile/torch \
+    TRITON_CACHE_DIR=/var/cache/swapfarm/compile/triton
+
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+
+# migraphx comes from the ROCm apt repository the base image configures, at the release of that base image.
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+        "ffmpeg=${FFMPEG_VERSION}" migraphx \
+    && rm -rf /var/lib/apt/lists/* \
+    && groupadd --system --gid 10001 swapfarm \
+    && useradd --system --uid 10001 --gid swapfarm --groups video --home-dir /var/lib/swapfarm \
+        --create-home --shell /usr/sbin/nologin swapfarm \
+    && install -d -o swapfarm -g swapfarm /var/lib/swapfarm/work /var/lib/swapfarm/storage \
+        /var/cache/swapfarm/models /var/cache/swapfarm/compile
+
+# Ubuntu 22.04 ships Python 3.10; the project needs 3.11: a pinned standalone build, installed by uv.
+COPY --from=uv /uv /usr/local/bin/uv
+RUN uv python install "${PYTHON_VERSION}" \
+    && ln -s "$(uv python find "${PYTHON_VERSION}")" /usr/local/bin/python3.11
+
+WORKDIR /opt/swapfarm/src
+COPY pyproject.toml README.md ./
+COPY docker/constraints.txt docker/constraints.txt
+COPY scripts/setup scripts/setup
+COPY shared shared
+COPY api api
+COPY workers workers
+COPY cli cli
+COPY migrations migrations
+# The same install command as CI (scripts/test -> scripts/setup); torch's ROCm build from PyTorch's index.
+RUN PIP_EXTRA_INDEX_URL="${TORCH_INDEX_URL}" scripts/setup --venv /opt/swapfarm/venv --no-editable rocm
+
+USER 10001:10001
+WORKDIR /var/lib/swapfarm
+VOLUME ["/var/cache/swapfarm/models", "/var/cache/swapfarm/compile"]
+EXPOSE 9100
+# Alive = the pool process that runs tasks answers on its metrics port (the prefork parent alone does not).
+HEALTHCHECK --interval=30s --timeout=5s --start-period=120s --retries=3 \
+    CMD ["python", "-c", "import os, urllib.request as u; u.urlopen('http://127.0.0.1:%s/metrics' % os.environ.get('SWAPFARM_WORKER_METRICS_PORT', '9100'), timeout=4)"]
+CMD ["swapfarm", "worker"]

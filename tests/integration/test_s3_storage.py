@@ -1,0 +1,101 @@
+"""A farm on S3 storage (moto's server on loopback): the API and each worker in a folder of its own, no shared disk."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import boto3
+import pytest
+from fastapi.testclient import TestClient
+from pydantic import SecretStr
+
+from shared.settings import Settings
+from tests.integration.conftest import download, submit, wait_finished
+from tests.support.farm import Farm
+from tests.support.media import assert_frames_match, read_frames
+from tests.support.services import s3_server
+
+pytestmark = pytest.mark.integration
+
+BUCKET = "swapfarm-test"
+LOSSLESS = {"processors": ["passthrough"], "encoder": {"lossless": True, "preset": "ultrafast"}}
+
+
+@pytest.fixture(scope="module")
+def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with s3_server(tmp_path_factory.mktemp("s3") / "moto.log") as url:
+        boto3.client(
+            "s3", endpoint_url=url, aws_access_key_id="k", aws_secret_access_key="s", region_name="us-east-1"
+        ).create_bucket(Bucket=BUCKET)
+        yield url
+
+
+@pytest.fixture
+def homes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
+    """A working directory each for the API (this process) and two workers; the test runs in the API's."""
+    folders = {name: tmp_path / name for name in ("api", "w1", "w2")}
+    for folder in folders.values():
+        folder.mkdir()
+    monkeypatch.chdir(folders["api"])
+    return folders
+
+
+@pytest.fixture
+def settings(settings: Settings, s3_endpoint: str, homes: dict[str, Path]) -> Settings:
+    """The suite's settings with storage in the bucket and scratch space relative to each process's folder."""
+    return settings.model_copy(
+        update={
+            "storage_url": f"s3://{BUCKET}/farm-{uuid.uuid4().hex[:8]}",
+            "s3_endpoint_url": s3_endpoint,
+            "s3_key": "swapfarm-key",
+            "s3_secret": SecretStr("swapfarm-secret"),
+            "s3_region": "us-east-1",
+            "work_dir": Path("scratch"),
+        }
+    )
+
+
+def _keys(settings: Settings) -> list[str]:
+    assert settings.s3_secret is not None
+    client = boto3.client(
+        "s3",
+        endpoint_url=settings.s3_endpoint_url,
+        aws_access_key_id=settings.s3_key,
+        aws_secret_access_key=settings.s3_secret.get_secret_value(),
+        region_name=settings.s3_region,
+    )
+    prefix = settings.storage_url.removeprefix(f"s3://{BUCKET}/")
+    pages = client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix)
+    return [item["Key"].removeprefix(prefix + "/") for page in pages for item in page.get("Contents", [])]
+
+
+def test_a_job_on_s3_storage_completes_with_api_and_workers_sharing_no_folder(
+    api: TestClient, settings: Settings, homes: dict[str, Path], clip_short: Path, tmp_path: Path
+) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    farms = [Farm(settings, logs, cwd=homes[name]) for name in ("w1", "w2")]
+    try:
+        for farm, name in zip(farms, ("w1", "w2"), strict=True):
+            farm.worker(name)
+        job_id = submit(api, clip_short, {**LOSSLESS, "chunk_frames": 30})
+        body = wait_finished(api, job_id, farms[0])
+    finally:
+        for farm in farms:
+            farm.stop()
+    assert body["status"] == "succeeded", body
+
+    output = download(api, job_id, tmp_path / "out.mp4")
+    assert_frames_match(read_frames(output), read_frames(clip_short))
+
+    keys = _keys(settings)
+    assert f"jobs/{job_id}/output.mp4" in keys
+    assert any(k.startswith(f"jobs/{job_id}/input/target") for k in keys)
+    assert not [k for k in keys if k.startswith(f"jobs/{job_id}/chunks/")], "intermediates were not deleted"
+    assert not [k for k in keys if k.endswith(".part")], "a partial upload was left behind"
+
+    # Each worker worked in its own folder; the API wrote nothing to its own.
+    assert any(p.is_dir() for p in (homes["w1"] / "scratch", homes["w2"] / "scratch"))
+    assert list(homes["api"].iterdir()) == []
