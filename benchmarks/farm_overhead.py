@@ -3,7 +3,7 @@
 Both use the same encoder settings (libx264, preset veryfast, the same CRF) and run side by side in one process
 run, alternating, so machine noise hits both. Prints wall times and the farm's throughput as a ratio of ffmpeg's.
 
-    .venv/bin/python benchmarks/farm_overhead.py [--seconds 30] [--rounds 3]
+    .venv/bin/python -m benchmarks.farm_overhead [--seconds 30] [--rounds 3]
 """
 
 from __future__ import annotations

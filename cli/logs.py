@@ -7,6 +7,8 @@ import logging
 import sys
 from datetime import UTC, datetime
 
+from shared.log_context import JobContextFilter
+
 
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
@@ -16,6 +18,9 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
         }
+        for key in ("job_id", "chunk_id"):  # set by JobContextFilter inside a task
+            if value := getattr(record, key, None):
+                entry[key] = value
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
         return json.dumps(entry)
@@ -27,6 +32,7 @@ def configure(level: str = "INFO", *, json_lines: bool | None = None) -> None:
     handler.setFormatter(
         JsonFormatter() if use_json else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     )
+    handler.addFilter(JobContextFilter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)

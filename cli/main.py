@@ -13,12 +13,16 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+from cli import keys, remote
 from shared.options import ProcessorName, choices
 from shared.settings import get_settings
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="A render farm for face-swap video.")
 db = typer.Typer(no_args_is_help=True, help="Database schema.")
 app.add_typer(db, name="db")
+app.add_typer(keys.keys, name="keys")
+app.add_typer(keys.tenants, name="tenants")
+remote.register(app)  # submit, status, list, cancel, retry, download: the API's client
 err = Console(stderr=True)
 
 try:  # the models commands live with the workers; the API image has no worker extra
@@ -120,8 +124,13 @@ def worker(
     concurrency: Annotated[int | None, typer.Option(min=1)] = None,
     name: Annotated[str | None, typer.Option(help="Worker name, e.g. gpu0@%h")] = None,
     pool: Annotated[str, typer.Option(help="Celery pool")] = "prefork",
+    gpu: Annotated[
+        int | None, typer.Option(min=0, help="Use only GPU N (one worker process per GPU on multi-GPU hosts)")
+    ] = None,
 ) -> None:
     """Run a Celery worker consuming the queues of this machine's accelerator family."""
+    if gpu is not None:  # before anything can initialise CUDA; inherited by the pool's processes
+        os.environ["CUDA_VISIBLE_DEVICES"] = os.environ["HIP_VISIBLE_DEVICES"] = str(gpu)
     from cli.logs import configure
     from workers.celery_app import create_app, worker_queues
     from workers.engines.family import detect_family
@@ -130,6 +139,7 @@ def worker(
     settings = get_settings()
     family = detect_family(settings)
     celery = create_app(settings)
+    default_name = f"{family}-{os.getpid()}@%h" if gpu is None else f"{family}-gpu{gpu}-{os.getpid()}@%h"
     argv = [
         "worker",
         f"--queues={queues or ','.join(worker_queues(family))}",
@@ -138,9 +148,21 @@ def worker(
         "--loglevel=INFO",
         "--without-mingle",
         "--without-gossip",
-        f"--hostname={name or f'{family}-{os.getpid()}@%h'}",
+        f"--hostname={name or default_name}",
     ]
     celery.worker_main(argv)
+
+
+@app.command()
+def doctor() -> None:
+    """What this machine offers a worker: accelerator family and devices, torch and ONNX Runtime, ffmpeg's
+    hardware codecs, the compile cache, and what will fall back."""
+    from workers.doctor import diagnose, render
+
+    report = diagnose(get_settings())
+    Console().print(render(report))
+    if report.errors:
+        raise typer.Exit(1)
 
 
 @app.command()
@@ -153,6 +175,27 @@ def beat() -> None:
     settings = get_settings()
     settings.work_dir.mkdir(parents=True, exist_ok=True)
     create_app(settings).start(["beat", "--loglevel=INFO", f"--schedule={settings.work_dir}/beat-schedule"])
+
+
+@app.command()
+def flower(
+    host: Annotated[str, typer.Option(help="Interface to listen on")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535)] = 5555,
+) -> None:
+    """Serve Flower, Celery's monitor: workers (named <family>-<pid>@<host>, with their queues) and tasks with
+    their job and chunk ids. Basic auth with SWAPFARM_FLOWER_USER / SWAPFARM_FLOWER_PASSWORD (required)."""
+    from cli.logs import configure
+    from shared.broker import make_celery
+
+    configure()
+    settings = get_settings()
+    password = settings.flower_password.get_secret_value() if settings.flower_password else ""
+    if not password:
+        err.print("[red]settings_invalid[/]: set SWAPFARM_FLOWER_PASSWORD; Flower never runs without a password")
+        raise typer.Exit(2)
+    # Through Flower's own environment option rather than argv, so the password does not show in `ps`.
+    os.environ["FLOWER_BASIC_AUTH"] = f"{settings.flower_user}:{password}"
+    make_celery(settings).start(["flower", f"--address={host}", f"--port={port}"])
 
 
 @db.command("upgrade")

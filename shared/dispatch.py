@@ -6,16 +6,34 @@ this protocol, so the same step code runs in both.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Protocol
 
 from pydantic import BaseModel
+
+from shared.tasks import DEFAULT_PRIORITY, Message, broker_priority
 
 if TYPE_CHECKING:
     from celery import Celery
 
 
 class Dispatcher(Protocol):
-    def send(self, task: str, payload: BaseModel, *, queue: str, countdown: float | None = None) -> None: ...
+    def send(
+        self,
+        task: str,
+        payload: BaseModel,
+        *,
+        queue: str,
+        countdown: float | None = None,
+        priority: int | None = None,
+    ) -> None:
+        """Send ``task``; ``priority`` is the job's (0 lowest … 9 most urgent), ``None`` the default."""
+        ...
+
+
+def send_all(dispatcher: Dispatcher, messages: Iterable[Message]) -> None:
+    for message in messages:
+        dispatcher.send(message.task, message.payload, queue=message.queue, priority=message.priority)
 
 
 class CeleryDispatcher:
@@ -24,5 +42,14 @@ class CeleryDispatcher:
     def __init__(self, app: Celery) -> None:
         self._app = app
 
-    def send(self, task: str, payload: BaseModel, *, queue: str, countdown: float | None = None) -> None:
-        self._app.send_task(task, kwargs=payload.model_dump(), queue=queue, countdown=countdown)
+    def send(
+        self,
+        task: str,
+        payload: BaseModel,
+        *,
+        queue: str,
+        countdown: float | None = None,
+        priority: int | None = None,
+    ) -> None:
+        level = broker_priority(DEFAULT_PRIORITY if priority is None else priority)
+        self._app.send_task(task, kwargs=payload.model_dump(), queue=queue, countdown=countdown, priority=level)

@@ -7,9 +7,16 @@
     │   ├── InvalidOptionsError       options_invalid: options JSON fails validation
     │   ├── SourceImageError          source_invalid: a source is not a readable image
     │   ├── NoFaceInSourceError       source_no_face: no face found in a source image
-    │   └── TooLargeError (413)       upload_too_large: over a size limit
+    │   ├── RequestInvalidError       request_invalid: the request itself is malformed (form, query, header)
+    │   ├── MediaLimitError           media_too_long / resolution_too_large / too_many_frames: over a limit
+    │   └── TooLargeError (413)       upload_too_large / source_too_large / request_too_large: over a size limit
+    ├── UnauthorizedError (401)       unauthorized: no API key, or an unknown or revoked one
+    ├── ForbiddenError (403)          forbidden: the key lacks the admin scope (never for another tenant's job)
     ├── NotFoundError (404)           not_found: no such job, or not yours
     ├── ConflictError (409)           conflict: the request conflicts with the job's state
+    │   └── IdempotencyConflictError  idempotency_conflict: an Idempotency-Key reused with a different request
+    ├── GoneError (410)               output_expired: the job's files were deleted after the retention time
+    ├── RangeNotSatisfiableError (416) range_not_satisfiable: a Range header outside the file
     ├── PermanentError (500)          a failure that retrying will not fix
     │   ├── ProcessorError            processor_failed: a processor raised on the frames
     │   ├── ModelError                model_unavailable / model_hash_mismatch: a model file is missing or wrong
@@ -71,6 +78,26 @@ class TooLargeError(InputError):
     http_status = 413
 
 
+class RequestInvalidError(InputError):
+    code = "request_invalid"
+
+
+class MediaLimitError(InputError):
+    """The target is over a farm limit; ``code`` says which (``media_too_long``, ``resolution_too_large`` …)."""
+
+    code = "media_limit_exceeded"
+
+
+class UnauthorizedError(SwapfarmError):
+    code = "unauthorized"
+    http_status = 401
+
+
+class ForbiddenError(SwapfarmError):
+    code = "forbidden"
+    http_status = 403
+
+
 class NotFoundError(SwapfarmError):
     code = "not_found"
     http_status = 404
@@ -79,6 +106,24 @@ class NotFoundError(SwapfarmError):
 class ConflictError(SwapfarmError):
     code = "conflict"
     http_status = 409
+
+
+class IdempotencyConflictError(ConflictError):
+    code = "idempotency_conflict"
+
+
+class GoneError(SwapfarmError):
+    code = "output_expired"
+    http_status = 410
+
+
+class RangeNotSatisfiableError(SwapfarmError):
+    code = "range_not_satisfiable"
+    http_status = 416
+
+    def __init__(self, message: str, *, size: int) -> None:
+        super().__init__(message)
+        self.size = size
 
 
 class PermanentError(SwapfarmError):

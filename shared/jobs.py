@@ -8,7 +8,8 @@ Workers and the API change rows only through these functions, so the rules live 
 * the call that finishes the last chunk moves the job to ``stitching`` — decided under the job row's lock, so
   exactly one caller sees it and enqueues the stitch;
 * the reaper hands expired leases and lost messages back to the queues, and fails a job past the attempt limit
-  with the last error.
+  with the last error;
+* each change records its event in the job's log (``shared.events``) in the same transaction.
 
 Callers commit, then enqueue what the function returned (Postgres first, Redis second).
 """
@@ -25,9 +26,11 @@ from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from shared.errors import InputError, LeaseLostError, SwapfarmError
+from shared.events import EventKind, record
 from shared.models import Chunk, Job, utcnow
 from shared.options import JobOptions
 from shared.states import ChunkStatus, JobStatus, chunk_sources_of, sources_of
+from shared.tasks import DEFAULT_PRIORITY
 
 WORKER_LOST = "worker_lost"
 
@@ -49,10 +52,24 @@ def create_job(
     source_urls: Sequence[str],
     target_name: str,
     media: dict[str, Any] | None = None,
+    tenant_id: str | None = None,
+    priority: int = DEFAULT_PRIORITY,
+    idempotency_key: str | None = None,
+    request_hash: str | None = None,
 ) -> Job:
+    """Insert a job: ``queued`` when it has no tenant, else ``waiting`` for admission (``shared.admission``).
+
+    Raises:
+        sqlalchemy.exc.IntegrityError: the tenant already has a job with this idempotency key (at flush).
+    """
+    status = JobStatus.QUEUED if tenant_id is None else JobStatus.WAITING
     job = Job(
         id=job_id,
-        status=JobStatus.QUEUED,
+        status=status,
+        tenant_id=tenant_id,
+        priority=priority,
+        idempotency_key=idempotency_key,
+        request_hash=request_hash,
         options=options.model_dump(mode="json"),
         target_url=target_url,
         source_urls=list(source_urls),
@@ -63,6 +80,7 @@ def create_job(
     )
     session.add(job)
     session.flush()
+    record(session, job_id, EventKind.SUBMITTED, status=status, message=f"priority {priority}")
     return job
 
 
@@ -78,7 +96,7 @@ def lock_job(session: Session, job_id: str) -> Job | None:
 # -- plan -------------------------------------------------------------------------------------------------
 
 
-def begin_plan(session: Session, job_id: str, lease_seconds: float) -> str | None:
+def begin_plan(session: Session, job_id: str, lease_seconds: float, *, worker: str | None = None) -> str | None:
     """Claim the job for planning; ``None`` when another planner holds it or it is past planning."""
     now, token = utcnow(), _token()
     claimed = session.execute(
@@ -92,9 +110,12 @@ def begin_plan(session: Session, job_id: str, lease_seconds: float) -> str | Non
             attempts=Job.attempts + 1,
             started_at=func.coalesce(Job.started_at, now),
         )
-        .returning(Job.id)
+        .returning(Job.attempts)
     ).first()
-    return token if claimed else None
+    if claimed is None:
+        return None
+    record(session, job_id, EventKind.PLANNING, status=JobStatus.PLANNING, attempt=claimed[0], worker=worker)
+    return token
 
 
 @dataclass(frozen=True)
@@ -144,6 +165,8 @@ def record_plan(
     job.frames_total = sum(c.frame_end - c.frame_start for c in chunks)
     job.chunks_total = len(rows)
     session.flush()
+    message = f"{job.frames_total} frames in {len(rows)} chunks"
+    record(session, job_id, EventKind.PLANNED, status=JobStatus.RENDERING, message=message)
     return [r.id for r in rows]
 
 
@@ -160,6 +183,7 @@ class ChunkClaim:
     frame_end: int
     seek_seconds: float
     attempt: int
+    worker: str = ""
 
 
 def claim_chunk(
@@ -190,7 +214,8 @@ def claim_chunk(
     ).first()
     if row is None:
         return None
-    return ChunkClaim(chunk_id, row[0], token, row[1], row[2], row[3], row[4], row[5])
+    record(session, row[0], EventKind.CHUNK_STARTED, chunk_index=row[1], attempt=row[5], worker=worker)
+    return ChunkClaim(chunk_id, row[0], token, row[1], row[2], row[3], row[4], row[5], worker)
 
 
 def heartbeat(session: Session, claim: ChunkClaim, frames_done: int, lease_seconds: float) -> bool:
@@ -230,6 +255,10 @@ def finish_chunk(session: Session, claim: ChunkClaim, output_url: str, seconds: 
     ).first()
     if done is None or job is None:
         raise LeaseLostError(f"chunk {claim.chunk_id}: lease lost before it was marked done")
+    record(
+        session, claim.job_id, EventKind.CHUNK_DONE, chunk_index=claim.index, attempt=claim.attempt,
+        worker=claim.worker or None, message=f"{frames} frames in {seconds:.1f}s",
+    )  # fmt: skip
     # Counted in SQL, not read-modify-write: on SQLite the row lock above is a no-op, the write lock is not.
     counted = session.execute(
         update(Job)
@@ -245,6 +274,8 @@ def finish_chunk(session: Session, claim: ChunkClaim, output_url: str, seconds: 
         .values(status=JobStatus.STITCHING, attempts=0, enqueued_at=utcnow())
         .returning(Job.id)
     ).first()
+    if moved is not None:
+        record(session, claim.job_id, EventKind.STITCH_READY, status=JobStatus.STITCHING)
     return moved is not None
 
 
@@ -261,7 +292,13 @@ def fail_chunk(session: Session, claim: ChunkClaim, error: SwapfarmError, max_at
         return FailOutcome(retry=False, job_failed=False)
     chunk.error_code, chunk.error_message = error.code, error.message
     chunk.lease_token, chunk.lease_expires_at = None, None
-    if isinstance(error, InputError) or chunk.attempts >= max_attempts:
+    final = isinstance(error, InputError) or chunk.attempts - chunk.attempts_at_retry >= max_attempts
+    record(
+        session, chunk.job_id, EventKind.CHUNK_FAILED, chunk_index=chunk.index, attempt=chunk.attempts,
+        worker=chunk.worker, error_code=error.code,
+        message=f"{error.message} ({'no more attempts' if final else 'will retry'})",
+    )  # fmt: skip
+    if final:
         chunk.status = ChunkStatus.FAILED
         failed = fail_job(session, chunk.job_id, error.code, error.message)
         return FailOutcome(retry=False, job_failed=failed)
@@ -273,7 +310,7 @@ def fail_chunk(session: Session, claim: ChunkClaim, error: SwapfarmError, max_at
 # -- stitch -----------------------------------------------------------------------------------------------
 
 
-def begin_stitch(session: Session, job_id: str, lease_seconds: float) -> str | None:
+def begin_stitch(session: Session, job_id: str, lease_seconds: float, *, worker: str | None = None) -> str | None:
     now, token = utcnow(), _token()
     claimed = session.execute(
         update(Job)
@@ -284,9 +321,12 @@ def begin_stitch(session: Session, job_id: str, lease_seconds: float) -> str | N
             lease_expires_at=now + timedelta(seconds=lease_seconds),
             attempts=Job.attempts + 1,
         )
-        .returning(Job.id)
+        .returning(Job.attempts)
     ).first()
-    return token if claimed else None
+    if claimed is None:
+        return None
+    record(session, job_id, EventKind.STITCH_STARTED, status=JobStatus.STITCHING, attempt=claimed[0], worker=worker)
+    return token
 
 
 def extend_job_lease(session: Session, job_id: str, token: str, lease_seconds: float) -> bool:
@@ -321,6 +361,8 @@ def finish_job(session: Session, job_id: str, token: str, output_url: str) -> bo
         )
         .returning(Job.id)
     ).first()
+    if done is not None:
+        record(session, job_id, EventKind.SUCCEEDED, status=JobStatus.SUCCEEDED)
     return done is not None
 
 
@@ -346,6 +388,7 @@ def fail_job(session: Session, job_id: str, code: str, message: str) -> bool:
         .where(Chunk.job_id == job_id, Chunk.status.in_(chunk_sources_of(ChunkStatus.CANCELLED)))
         .values(status=ChunkStatus.CANCELLED, lease_token=None, lease_expires_at=None)
     )
+    record(session, job_id, EventKind.FAILED, status=JobStatus.FAILED, error_code=code, message=message)
     return True
 
 
@@ -378,7 +421,7 @@ def reap(session: Session, *, max_attempts: int, requeue_after: float) -> ReapRe
         if not chunk.error_code:
             chunk.error_code = WORKER_LOST
             chunk.error_message = f"worker {chunk.worker} stopped heartbeating during attempt {chunk.attempts}"
-        if chunk.attempts >= max_attempts:
+        if chunk.attempts - chunk.attempts_at_retry >= max_attempts:
             chunk.status = ChunkStatus.FAILED
             if fail_job(session, chunk.job_id, chunk.error_code, chunk.error_message or ""):
                 result.failed.append(chunk.job_id)
@@ -386,6 +429,10 @@ def reap(session: Session, *, max_attempts: int, requeue_after: float) -> ReapRe
             chunk.status = ChunkStatus.QUEUED
             chunk.enqueued_at = now
             result.render.append((chunk.job_id, chunk.id))
+            record(
+                session, chunk.job_id, EventKind.CHUNK_REQUEUED, chunk_index=chunk.index, attempt=chunk.attempts,
+                worker=chunk.worker, error_code=chunk.error_code, message=chunk.error_message or "",
+            )  # fmt: skip
 
     lost = session.scalars(
         select(Chunk)
@@ -420,6 +467,8 @@ def reap(session: Session, *, max_attempts: int, requeue_after: float) -> ReapRe
         else:
             job.status = JobStatus.QUEUED
             result.plan.append(job.id)
+        if leased:  # an abandoned step, not only a message that may have been lost
+            record(session, job.id, EventKind.REQUEUED, status=job.status, message="a step was abandoned; sent again")
     session.flush()
     return result
 
@@ -432,6 +481,8 @@ class Progress:
     frames_done: int
     frames_total: int | None
     chunks: dict[str, int]
+    frames_per_second: float | None = None  # the farm's measured rate on this job, while it renders
+    eta_seconds: float | None = None
 
 
 def progress(session: Session, job: Job) -> Progress:
@@ -446,4 +497,30 @@ def progress(session: Session, job: Job) -> Progress:
     for status, count, done in rows:
         counts[str(status)] = int(count)
         frames += int(done)
-    return Progress(frames_done=frames, frames_total=job.frames_total, chunks=counts)
+    fps = _throughput(session, job.id) if job.status == JobStatus.RENDERING else None
+    eta = None
+    if fps and job.frames_total is not None:
+        eta = round(max(job.frames_total - frames, 0) / fps, 1)
+    return Progress(
+        frames_done=frames, frames_total=job.frames_total, chunks=counts, frames_per_second=fps, eta_seconds=eta
+    )
+
+
+def _throughput(session: Session, job_id: str) -> float | None:
+    """Frames per second of the farm on this job: the rate one chunk renders at (measured on the finished
+    chunks and the running ones so far) times the chunks rendering now."""
+    done_frames, done_seconds = session.execute(
+        select(
+            func.coalesce(func.sum(Chunk.frame_end - Chunk.frame_start), 0),
+            func.coalesce(func.sum(Chunk.render_seconds), 0.0),
+        ).where(Chunk.job_id == job_id, Chunk.status == ChunkStatus.DONE, Chunk.render_seconds.is_not(None))
+    ).one()
+    running = session.execute(
+        select(Chunk.frames_done, Chunk.started_at).where(Chunk.job_id == job_id, Chunk.status == ChunkStatus.RUNNING)
+    ).all()
+    now = utcnow()
+    frames = int(done_frames) + sum(int(f) for f, _ in running)
+    seconds = float(done_seconds or 0.0) + sum((now - at).total_seconds() for _, at in running if at is not None)
+    if frames <= 0 or seconds <= 0:
+        return None
+    return round(frames / seconds * max(len(running), 1), 2)

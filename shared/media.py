@@ -7,13 +7,14 @@ The API uses :func:`probe` to refuse what is not a video before anything is stor
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from dataclasses import asdict, dataclass
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from shared.errors import FfmpegError, NotAVideoError, UnreadableMediaError
+from shared.errors import FfmpegError, MediaLimitError, NotAVideoError, UnreadableMediaError
 
 FFPROBE = "ffprobe"
 
@@ -45,13 +46,29 @@ class MediaInfo:
         return cls(**data)
 
 
+# FFmpeg refuses frames past its own size limit (about 16k x 16k) while reading the header; depending on the
+# container the probe then fails or reports no size. Either way the file is too large, which is worth saying.
+_INVALID_SIZE = re.compile(r"Picture size (\d+)x(\d+) is invalid")
+
+
 def _run_ffprobe(args: list[str]) -> str:
+    """ffprobe's output.
+
+    Raises:
+        MediaLimitError: ``resolution_too_large``: the file declares frames larger than FFmpeg decodes.
+        UnreadableMediaError: ffprobe cannot read the file.
+    """
     try:
         done = subprocess.run([FFPROBE, "-v", "error", *args], capture_output=True, text=True, timeout=120)
     except FileNotFoundError as exc:
         raise FfmpegError("ffprobe is not installed", code="ffmpeg_missing") from exc
     except subprocess.TimeoutExpired as exc:
         raise UnreadableMediaError("ffprobe timed out reading the file") from exc
+    if oversized := _INVALID_SIZE.search(done.stderr):
+        width, height = oversized.groups()
+        raise MediaLimitError(
+            f"the file declares frames of {width}x{height}, larger than can be decoded", code="resolution_too_large"
+        )
     if done.returncode != 0:
         raise UnreadableMediaError(f"not a readable media file ({done.stderr.strip()[-300:] or 'no details'})")
     return done.stdout
@@ -81,6 +98,7 @@ def probe(path: Path) -> MediaInfo:
     Raises:
         UnreadableMediaError: ffprobe cannot read the file at all.
         NotAVideoError: the file has no video stream (audio only, or a still image format).
+        MediaLimitError: ``resolution_too_large``: its frames are larger than FFmpeg decodes.
     """
     out = _run_ffprobe(["-show_format", "-show_streams", "-of", "json", str(path)])
     data = json.loads(out or "{}")
@@ -125,16 +143,27 @@ def probe(path: Path) -> MediaInfo:
     )
 
 
-def frame_times(path: Path) -> list[float]:
+def frame_times(path: Path, *, declared: int | None = None) -> list[float]:
     """Presentation times (seconds) of every video frame, in display order, read from packets (no decoding).
 
     Packets the demuxer marks as discarded (before an edit list's start) are not frames of the video.
+    ``declared`` is the frame count the header states (``MediaInfo.frame_count``): a file with fewer packets
+    than that ends early — a truncated upload, whose header still describes the whole video.
+
+    Raises:
+        UnreadableMediaError: ``media_truncated``: fewer packets than ``declared``.
     """
     out = _run_ffprobe(
         ["-select_streams", "v:0", "-show_entries", "packet=pts_time,flags", "-of", "csv=p=0", str(path)]
     )
+    lines = [line for line in out.splitlines() if line.strip()]
+    if declared is not None and len(lines) < declared:
+        raise UnreadableMediaError(
+            f"the file ends after {len(lines)} of the {declared} frames its header declares (truncated?)",
+            code="media_truncated",
+        )
     times: list[float] = []
-    for line in out.splitlines():
+    for line in lines:
         pts, _, flags = line.partition(",")
         if not pts or pts == "N/A" or "D" in flags:
             continue
@@ -156,7 +185,7 @@ def probe_image(path: Path, label: str) -> None:
 
     try:
         out = _run_ffprobe(["-show_streams", "-show_format", "-of", "json", str(path)])
-    except UnreadableMediaError as exc:
+    except (UnreadableMediaError, MediaLimitError) as exc:  # a source is readable or it is not: one code for both
         raise SourceImageError(f"{label} is not a readable image") from exc
     data = json.loads(out or "{}")
     streams = [s for s in data.get("streams", []) if s.get("codec_type") == "video"]

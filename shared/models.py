@@ -1,4 +1,7 @@
-"""SQLAlchemy models: jobs and their chunks. Postgres is the source of truth; SQLite serves ``swapfarm run``."""
+"""SQLAlchemy models: tenants and their API keys, jobs, their chunks and events.
+
+Postgres is the source of truth; SQLite serves ``swapfarm run``.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +9,19 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, DateTime, Float, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.types import TypeDecorator
 
@@ -42,10 +57,49 @@ class Base(DeclarativeBase):
     pass
 
 
-class Job(Base):
-    __tablename__ = "jobs"
+class Tenant(Base):
+    """A team using the farm: it owns jobs and API keys, and has a limit of jobs running at once."""
+
+    __tablename__ = "tenants"
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    # None: the farm's default (``max_running_jobs_per_tenant``)
+    max_running_jobs: Mapped[int | None] = mapped_column(Integer, default=None)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class ApiKey(Base):
+    """An API key of a tenant. Only the sha256 of the key is stored; the key itself is shown once."""
+
+    __tablename__ = "api_keys"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(100), default="")
+    prefix: Mapped[str] = mapped_column(String(16))  # the key's first characters, to recognise it in lists
+    key_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    admin: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+
+
+class Job(Base):
+    __tablename__ = "jobs"
+    __table_args__ = (
+        # Two requests with one Idempotency-Key make one job, however they interleave.
+        UniqueConstraint("tenant_id", "idempotency_key", name="uq_jobs_tenant_idempotency_key"),
+        Index("ix_jobs_tenant_created", "tenant_id", "created_at", "id"),
+    )
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    # None for jobs of ``swapfarm run``, which has no tenants
+    tenant_id: Mapped[str | None] = mapped_column(ForeignKey("tenants.id", name="fk_jobs_tenant_id"), default=None)
+    priority: Mapped[int] = mapped_column(Integer, default=5)  # 0 (lowest) … 9 (most urgent)
+    idempotency_key: Mapped[str | None] = mapped_column(String(255), default=None)
+    request_hash: Mapped[str | None] = mapped_column(String(64), default=None)
+    retries: Mapped[int] = mapped_column(Integer, default=0)  # explicit retries asked for by the user
+    expired_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)  # files deleted by the reaper
     status: Mapped[str] = mapped_column(String(16), default=JobStatus.QUEUED, index=True)
     options: Mapped[dict[str, Any]] = mapped_column(JSON)
     target_url: Mapped[str] = mapped_column(Text)
@@ -91,6 +145,8 @@ class Chunk(Base):
 
     status: Mapped[str] = mapped_column(String(16), default=ChunkStatus.QUEUED, index=True)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
+    # ``attempts`` when the job was last retried: the attempt limit counts from here, the total stays visible
+    attempts_at_retry: Mapped[int] = mapped_column(Integer, default=0)
     frames_done: Mapped[int] = mapped_column(Integer, default=0)
     error_code: Mapped[str | None] = mapped_column(String(64), default=None)
     error_message: Mapped[str | None] = mapped_column(Text, default=None)
@@ -110,3 +166,26 @@ class Chunk(Base):
     @property
     def frame_count(self) -> int:
         return self.frame_end - self.frame_start
+
+
+class JobEvent(Base):
+    """One line of a job's history: a state change, a chunk attempt and its worker, an error, a retry.
+
+    Written in the transaction of the change it records. No foreign key: the log is append-only and an insert
+    must not lock the job row that workers lock.
+    """
+
+    __tablename__ = "job_events"
+
+    id: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer(), "sqlite"), primary_key=True, autoincrement=True
+    )
+    job_id: Mapped[str] = mapped_column(String(32), index=True)
+    at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    kind: Mapped[str] = mapped_column(String(32))
+    status: Mapped[str | None] = mapped_column(String(16), default=None)  # the job's state after the event
+    chunk_index: Mapped[int | None] = mapped_column(Integer, default=None)
+    attempt: Mapped[int | None] = mapped_column(Integer, default=None)
+    worker: Mapped[str | None] = mapped_column(String(255), default=None)
+    error_code: Mapped[str | None] = mapped_column(String(64), default=None)
+    message: Mapped[str] = mapped_column(Text, default="")

@@ -13,16 +13,22 @@ from typing import Literal
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from shared.options import AcceleratorFamily
+from shared.options import AcceleratorFamily, Enhancer, Swapper
 
 Environment = Literal["development", "test", "production"]
+EngineName = Literal["onnxruntime", "torch"]
+CompileMode = Literal["default", "reduce-overhead", "max-autotune", "eager"]
+Precision = Literal["fp32", "fp16", "bf16"]
 DEFAULT_SECRET = "change-me"
+# Secrets that ship as defaults somewhere (ours, MinIO's): refused in production wherever a secret is set.
+KNOWN_DEFAULT_SECRETS = frozenset({DEFAULT_SECRET, "minioadmin", ""})
 
 
 class Settings(BaseSettings):
     """One model for every process kind; each kind reads the fields it needs."""
 
-    model_config = SettingsConfigDict(env_prefix="SWAPFARM_", env_file=None, extra="ignore")
+    # An empty variable counts as unset (compose passes `${VAR:-}` through as ""), so the default applies.
+    model_config = SettingsConfigDict(env_prefix="SWAPFARM_", env_file=None, extra="ignore", env_ignore_empty=True)
 
     environment: Environment = "development"
     database_url: str = "postgresql+psycopg://postgres@127.0.0.1:5432/swapfarm"
@@ -31,9 +37,24 @@ class Settings(BaseSettings):
     work_dir: Path = Field(Path("./var/work"), description="Local scratch space of a worker")
     secret_key: SecretStr = SecretStr(DEFAULT_SECRET)
 
-    # API limits
-    max_upload_bytes: int = 4 * 1024**3
-    max_source_bytes: int = 20 * 1024**2
+    # API limits, enforced while the upload streams in (sizes) and when the target is probed (the rest)
+    max_upload_bytes: int = Field(4 * 1024**3, gt=0, description="Largest target video, in bytes")
+    max_source_bytes: int = Field(20 * 1024**2, gt=0, description="Largest source image, in bytes")
+    max_sources: int = Field(8, ge=0, description="Most source images per job")
+    max_duration_seconds: float = Field(4 * 3600.0, gt=0, description="Longest target video")
+    max_frame_pixels: int = Field(7680 * 4320, gt=0, description="Largest frame (width x height) of a target")
+    max_frames: int = Field(2_000_000, gt=0, description="Most frames in a target video")
+    max_running_jobs_per_tenant: int = Field(
+        4, ge=1, description="Jobs of one tenant running at once unless the tenant says; the rest wait in order"
+    )
+    output_ttl_seconds: float = Field(
+        7 * 24 * 3600.0, gt=0, description="A finished job's files (output, inputs) are deleted after this"
+    )
+    events_poll_seconds: float = Field(0.5, gt=0, description="How often the event stream looks for news")
+
+    # Client (``swapfarm submit|status|list|cancel|retry|download``)
+    api_url: str = Field("http://127.0.0.1:8000", description="The farm's API, for the CLI client")
+    api_key: SecretStr | None = Field(None, description="The CLI client's API key")
 
     # Scheduling and leases
     chunk_seconds: float = Field(10.0, gt=0, description="Default chunk length when a job does not say")
@@ -66,10 +87,59 @@ class Settings(BaseSettings):
     )
     execution_providers: list[str] | None = Field(None, description="ONNX Runtime providers, in order")
 
+    # Inference engine of the heavy face models (swappers, enhancers); detectors and recognisers use ONNX Runtime
+    engine: EngineName | Literal["auto"] = Field(
+        "auto", description="auto: compiled torch on cuda/rocm (where it measures faster), ONNX Runtime elsewhere"
+    )
+    model_engines: dict[str, EngineName] = Field(
+        default_factory=dict, description="Per-model engine overrides, by registry name (e.g. gfpgan_1.4)"
+    )
+    torch_compile_mode: CompileMode | Literal["auto"] = Field(
+        "auto", description="torch.compile mode; auto: max-autotune (measured best on GPUs and the CPU)"
+    )
+    torch_precision: Precision = Field("fp32", description="Compute dtype of the torch engine (fp16/bf16: faster)")
+    torch_compile_cache_dir: Path = Field(
+        Path("~/.cache/swapfarm/torch-compile"), description="Persistent compile cache (TORCHINDUCTOR_CACHE_DIR)"
+    )
+    torch_max_batch: int | None = Field(
+        None, ge=1, le=1024, description="Largest batch bucket of the torch engine; default 64 on GPUs, else batch_size"
+    )
+    memory_safety_fraction: float = Field(0.8, gt=0, le=1, description="Share of free device memory a batch may use")
+    ram_budget_bytes: int | None = Field(None, gt=0, description="RAM a CPU worker's batches may fill; default: free")
+    warm_models: list[Swapper | Enhancer] = Field(
+        default_factory=list, description="Models each worker process loads and warms up (every bucket) as it starts"
+    )
+
+    # Object storage, for ``s3://`` storage URLs. Unset fields fall back to boto's own chain (AWS_* variables,
+    # instance roles); the API and every worker must reach the same bucket, they share no filesystem.
+    s3_endpoint_url: str | None = Field(None, description="S3-compatible endpoint (MinIO, Ceph …); unset for AWS")
+    s3_key: str | None = Field(None, description="S3 access key id")
+    s3_secret: SecretStr | None = Field(None, description="S3 secret access key")
+    s3_region: str | None = Field(None, description="S3 region name")
+
+    # Monitoring
+    flower_user: str = Field("swapfarm", description="Basic-auth user of ``swapfarm flower``")
+    flower_password: SecretStr | None = Field(None, description="Basic-auth password; Flower refuses to start without")
+    worker_metrics_port: int | None = Field(
+        None,
+        ge=1,
+        le=65535,
+        description="Prometheus port of a worker's pool process (the n-th process of a pool serves port + n)",
+    )
+    worker_metrics_address: str = Field("0.0.0.0", description="Interface the worker's metrics server binds")
+
     @model_validator(mode="after")
     def _enforce_non_default_secrets(self) -> Settings:
-        if self.environment == "production" and self.secret_key.get_secret_value() == DEFAULT_SECRET:
-            raise ValueError("SWAPFARM_SECRET_KEY must be set to a non-default value in production")
+        if self.environment != "production":
+            return self
+        secrets = {
+            "SWAPFARM_SECRET_KEY": self.secret_key,
+            "SWAPFARM_FLOWER_PASSWORD": self.flower_password,
+            "SWAPFARM_S3_SECRET": self.s3_secret,
+        }
+        weak = [n for n, v in secrets.items() if v is not None and v.get_secret_value() in KNOWN_DEFAULT_SECRETS]
+        if weak:
+            raise ValueError(f"{', '.join(weak)} must be set to a non-default value in production")
         return self
 
     @property

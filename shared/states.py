@@ -10,6 +10,7 @@ from enum import StrEnum
 
 
 class JobStatus(StrEnum):
+    WAITING = "waiting"  # accepted, waiting for its tenant's limit of jobs running at once
     QUEUED = "queued"
     PLANNING = "planning"
     RENDERING = "rendering"
@@ -34,7 +35,9 @@ JOB_TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
     JobStatus.RENDERING: frozenset({JobStatus.STITCHING, JobStatus.FAILED, JobStatus.CANCELLED}),
     JobStatus.STITCHING: frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED}),
     JobStatus.SUCCEEDED: frozenset(),
-    JobStatus.FAILED: frozenset({JobStatus.QUEUED}),  # an explicit retry
+    JobStatus.FAILED: frozenset({JobStatus.WAITING}),  # an explicit retry waits for admission like a new job
+    # admitted: to planning, or, for a retried job, back to the step it failed in
+    JobStatus.WAITING: frozenset({JobStatus.QUEUED, JobStatus.RENDERING, JobStatus.STITCHING, JobStatus.CANCELLED}),
     JobStatus.CANCELLED: frozenset(),
 }
 
@@ -44,10 +47,12 @@ CHUNK_TRANSITIONS: dict[ChunkStatus, frozenset[ChunkStatus]] = {
     ChunkStatus.RUNNING: frozenset({ChunkStatus.DONE, ChunkStatus.QUEUED, ChunkStatus.FAILED, ChunkStatus.CANCELLED}),
     ChunkStatus.DONE: frozenset(),
     ChunkStatus.FAILED: frozenset({ChunkStatus.QUEUED}),
-    ChunkStatus.CANCELLED: frozenset(),
+    ChunkStatus.CANCELLED: frozenset({ChunkStatus.QUEUED}),  # a failed job's unfinished chunks, on its retry
 }
 
 FINISHED_JOB_STATES = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED})
+# The states that count against a tenant's limit of jobs running at once.
+ACTIVE_JOB_STATES = frozenset({JobStatus.QUEUED, JobStatus.PLANNING, JobStatus.RENDERING, JobStatus.STITCHING})
 
 
 def can_move(current: JobStatus, target: JobStatus) -> bool:

@@ -18,10 +18,13 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import fsspec
-from fsspec.core import url_to_fs
+from fsspec.core import split_protocol, url_to_fs
+
+if TYPE_CHECKING:
+    from shared.settings import Settings
 
 
 class Storage:
@@ -32,6 +35,16 @@ class Storage:
             root_url = "file://" + os.path.abspath(root_url.removeprefix("file://"))
         self.root_url = root_url.rstrip("/")
         self._options = storage_options
+
+    @classmethod
+    def from_settings(cls, settings: Settings, root_url: str | None = None) -> Storage:
+        """The storage at ``root_url`` (default ``settings.storage_url``) with the credentials the settings give.
+
+        Every process builds its storage here, so the API and the workers on other machines address the same
+        bucket the same way.
+        """
+        url = root_url or settings.storage_url
+        return cls(url, **storage_options(settings, url))
 
     def url(self, *parts: str) -> str:
         return "/".join([self.root_url, *parts])
@@ -105,6 +118,31 @@ class Storage:
         if not fs.exists(path):
             return []
         return sorted(str(p) for p in fs.ls(path, detail=False))
+
+
+def storage_options(settings: Settings, url: str) -> dict[str, Any]:
+    """fsspec options for ``url``: S3 endpoint, keys and region for ``s3://``; nothing for other protocols.
+
+    >>> from shared.settings import Settings
+    >>> storage_options(Settings(s3_key="k"), "file:///tmp/x")
+    {}
+    """
+    protocol, _ = split_protocol(url)
+    if protocol not in {"s3", "s3a"}:
+        return {}
+    options: dict[str, Any] = {
+        # Other machines write the same bucket: a cached listing would hide their files.
+        "use_listings_cache": False,
+    }
+    if settings.s3_endpoint_url:
+        options["endpoint_url"] = settings.s3_endpoint_url
+    if settings.s3_key:
+        options["key"] = settings.s3_key
+    if settings.s3_secret is not None:
+        options["secret"] = settings.s3_secret.get_secret_value()
+    if settings.s3_region:
+        options["client_kwargs"] = {"region_name": settings.s3_region}
+    return options
 
 
 def copy_stream(source: IO[bytes], target: IO[bytes], limit: int | None = None) -> int:

@@ -3,6 +3,10 @@
 The API and ``swapfarm run`` both submit through :func:`submit`, so a job is accepted by the same rules either
 way. Nothing is stored for a refused job: inputs are validated from local files before the first upload, and a
 failure after that removes what was written.
+
+A tenant's job enters ``waiting`` and is admitted in the same transaction when the tenant is under its limit
+(``shared.admission``). With an idempotency key, the tenant's unique ``(tenant, key)`` constraint decides which of
+two racing requests creates the job; the other answers with that job, or with a conflict when its request differs.
 """
 
 from __future__ import annotations
@@ -13,15 +17,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
 from shared import jobs
+from shared.admission import admit
 from shared.db import session_scope
-from shared.dispatch import Dispatcher
-from shared.errors import InvalidOptionsError
-from shared.media import probe, probe_image
-from shared.models import new_id
+from shared.dispatch import Dispatcher, send_all
+from shared.errors import IdempotencyConflictError, InvalidOptionsError, MediaLimitError
+from shared.media import MediaInfo, probe, probe_image
+from shared.models import Job, new_id
 from shared.options import JobOptions
 from shared.storage import Storage
-from shared.tasks import CONTROL_QUEUE, PLAN, JobPayload
+from shared.tasks import CONTROL_QUEUE, DEFAULT_PRIORITY, PLAN, JobPayload, Message
 
 logger = logging.getLogger(__name__)
 
@@ -32,6 +41,49 @@ class Upload:
 
     path: Path
     name: str
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The tenant a job belongs to, and its limit of jobs running at once when the tenant row sets none."""
+
+    tenant_id: str
+    default_limit: int
+
+
+@dataclass(frozen=True)
+class Idempotency:
+    """An Idempotency-Key and the digest of the request that carried it."""
+
+    key: str
+    request_hash: str
+
+
+@dataclass(frozen=True)
+class MediaLimits:
+    max_duration_seconds: float
+    max_frame_pixels: int
+    max_frames: int
+
+    def check(self, media: MediaInfo) -> None:
+        """Raises:
+        MediaLimitError: ``media_too_long``, ``resolution_too_large`` or ``too_many_frames``.
+        """
+        if media.duration > self.max_duration_seconds:
+            raise MediaLimitError(
+                f"the video lasts {media.duration:.1f}s; the limit is {self.max_duration_seconds:.0f}s",
+                code="media_too_long",
+            )
+        if media.width * media.height > self.max_frame_pixels:
+            raise MediaLimitError(
+                f"frames of {media.width}x{media.height} are over the limit of {self.max_frame_pixels} pixels",
+                code="resolution_too_large",
+            )
+        frames = media.frame_count or round(media.duration * media.fps_value)
+        if frames > self.max_frames:
+            raise MediaLimitError(
+                f"the video has about {frames} frames; the limit is {self.max_frames}", code="too_many_frames"
+            )
 
 
 def safe_suffix(name: str) -> str:
@@ -52,15 +104,28 @@ def submit(
     target: Upload,
     sources: Sequence[Upload],
     options: JobOptions,
+    owner: Owner | None = None,
+    priority: int = DEFAULT_PRIORITY,
+    idempotency: Idempotency | None = None,
+    limits: MediaLimits | None = None,
 ) -> str:
-    """Accept a job and return its id.
+    """Accept a job and return its id (an earlier job's id when ``idempotency`` matches one).
 
     Raises:
         NotAVideoError, UnreadableMediaError: the target is not a readable video.
+        MediaLimitError: the target is over one of ``limits``.
         SourceImageError: a source is not an image.
         InvalidOptionsError: the options need a source image and none was given.
+        IdempotencyConflictError: the tenant used the idempotency key for a different request.
     """
+    if owner is not None and idempotency is not None:
+        with session_scope(database_url) as session:
+            earlier = _earlier(session, owner, idempotency)
+        if earlier is not None:
+            return earlier
     media = probe(target.path)
+    if limits is not None:
+        limits.check(media)
     if options.needs_source and not sources:
         raise InvalidOptionsError(f"processors {options.processors} need at least one source image")
     for i, source in enumerate(sources):
@@ -82,13 +147,49 @@ def submit(
                 source_urls=source_urls,
                 target_name=target.name[:255],
                 media=media.to_json(),
+                tenant_id=owner.tenant_id if owner else None,
+                priority=priority,
+                idempotency_key=idempotency.key if idempotency else None,
+                request_hash=idempotency.request_hash if idempotency else None,
             )
+            if owner is None:
+                messages = [Message(PLAN, JobPayload(job_id=job_id), CONTROL_QUEUE, priority)]
+            else:
+                messages = admit(session, owner.tenant_id, owner.default_limit)
+    except IntegrityError:
+        storage.delete(storage.job_url(job_id), recursive=True)
+        if owner is None or idempotency is None:
+            raise
+        # A request with the same key committed first: answer as it would be answered now.
+        with session_scope(database_url) as session:
+            earlier = _earlier(session, owner, idempotency)
+        if earlier is None:
+            raise
+        return earlier
     except BaseException:
         storage.delete(storage.job_url(job_id), recursive=True)
         raise
     # Postgres first, Redis second: if this send is lost, the reaper sends the plan again.
     try:
-        dispatcher.send(PLAN, JobPayload(job_id=job_id), queue=CONTROL_QUEUE)
+        send_all(dispatcher, messages)
     except Exception:
-        logger.warning("job %s: stored, but the plan message was not sent; the reaper will send it", job_id)
+        logger.warning("job %s: stored, but its messages were not sent; the reaper will send them", job_id)
     return job_id
+
+
+def _earlier(session: Session, owner: Owner, idempotency: Idempotency) -> str | None:
+    """The id of the tenant's job made with this idempotency key, if any.
+
+    Raises:
+        IdempotencyConflictError: that job was made by a different request.
+    """
+    row = session.execute(
+        select(Job.id, Job.request_hash).where(Job.tenant_id == owner.tenant_id, Job.idempotency_key == idempotency.key)
+    ).first()
+    if row is None:
+        return None
+    if row[1] != idempotency.request_hash:
+        raise IdempotencyConflictError(
+            f"Idempotency-Key {idempotency.key!r} was used for a different request (job {row[0]})"
+        )
+    return str(row[0])

@@ -6,6 +6,7 @@ a task re-reads its rows, so a duplicate or late delivery sees the current state
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Final
 
 from pydantic import BaseModel, ConfigDict
@@ -17,6 +18,20 @@ REAP: Final = "swapfarm.reap"
 
 CONTROL_QUEUE: Final = "control"
 STITCH_QUEUE: Final = "stitch"
+
+# A job's priority: 0 (lowest) … 9 (most urgent). Every message of a job carries it.
+MIN_PRIORITY: Final = 0
+MAX_PRIORITY: Final = 9
+DEFAULT_PRIORITY: Final = 5
+
+
+def broker_priority(priority: int) -> int:
+    """The message priority for the Redis transport, where 0 is served first: the job's scale reversed.
+
+    >>> broker_priority(9), broker_priority(0)
+    (0, 9)
+    """
+    return MAX_PRIORITY - max(MIN_PRIORITY, min(MAX_PRIORITY, priority))
 
 
 def render_queue(family: str) -> str:
@@ -38,3 +53,13 @@ class ChunkPayload(BaseModel):
 
     job_id: str
     chunk_id: str
+
+
+@dataclass(frozen=True)
+class Message:
+    """A task to send once the transaction that decided it has committed (Postgres first, Redis second)."""
+
+    task: str
+    payload: JobPayload | ChunkPayload
+    queue: str
+    priority: int = DEFAULT_PRIORITY

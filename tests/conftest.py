@@ -14,6 +14,7 @@ import redis
 from shared.schema import upgrade
 from shared.settings import Settings
 from tests.support.media import make_clip
+from tests.support.tenants import make_key
 
 PG_ADMIN = os.environ.get("SWAPFARM_TEST_PG_ADMIN", "postgresql://postgres@127.0.0.1:5432/postgres")
 REDIS_BASE = os.environ.get("SWAPFARM_TEST_REDIS", "redis://127.0.0.1:6379")
@@ -60,6 +61,12 @@ def settings(database_url: str, broker_url: str, tmp_path: Path) -> Settings:
         retry_backoff_seconds=0.2,
         batch_size=8,
     )
+
+
+@pytest.fixture
+def api_key(settings: Settings) -> str:
+    """An API key of a fresh tenant (no practical limit on its jobs at once)."""
+    return make_key(settings)
 
 
 @pytest.fixture(scope="session")

@@ -46,7 +46,15 @@ class LocalDispatcher:
         self.runtime: Runtime | None = None
         self.errors: list[BaseException] = []
 
-    def send(self, task: str, payload: BaseModel, *, queue: str, countdown: float | None = None) -> None:
+    def send(
+        self,
+        task: str,
+        payload: BaseModel,
+        *,
+        queue: str,
+        countdown: float | None = None,
+        priority: int | None = None,  # one job at a time: nothing to order
+    ) -> None:
         if countdown:
             timer = threading.Timer(countdown, self.send, (task, payload), {"queue": queue})
             timer.daemon = True
@@ -115,7 +123,7 @@ def run_local(
             }
         )
         upgrade(local.database_url)
-        storage = Storage(local.storage_url)
+        storage = Storage.from_settings(local)
         dispatcher = LocalDispatcher(workers)
         dispatcher.runtime = Runtime(
             settings=local,

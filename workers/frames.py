@@ -190,9 +190,22 @@ class FrameWriter:
     def write(self, batch: FrameBatch) -> None:
         if batch.shape[1:] != self._shape or batch.dtype != np.uint8:
             raise ValueError(f"frames of shape {batch.shape[1:]} {batch.dtype}, expected {self._shape} uint8")
+        if isinstance(self._error, BrokenPipeError):
+            raise self._failure() from self._error
         if self._error is not None:
             raise self._error
         self._queue.put(batch)
+
+    def _failure(self) -> FfmpegError:
+        """Why the pipe broke: the encoder exited, and its exit code and stderr say why (a broken pipe does not)."""
+        assert self._proc.stderr is not None
+        try:
+            code = self._proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # it closed its input but hangs: it is failing either way
+            self._proc.kill()
+            code = self._proc.wait()
+        stderr = self._proc.stderr.read().decode(errors="replace")
+        return FfmpegError(f"encoding failed (exit {code})", stderr=stderr)
 
     def _drain(self) -> None:
         stdin = self._proc.stdin

@@ -14,7 +14,9 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-from shared import jobs
+from sqlalchemy.exc import OperationalError
+
+from shared import admission, jobs
 from shared.db import session_scope
 from shared.errors import LeaseLostError, ProcessorError, SwapfarmError
 from shared.media import MediaInfo
@@ -46,32 +48,48 @@ def render_chunk(job_id: str, chunk_id: str, rt: Runtime) -> None:
             return
         options = JobOptions.model_validate(job.options)
         media = MediaInfo.from_json(job.media or {})
-        target_url, source_urls = job.target_url, list(job.source_urls)
+        target_url, source_urls, priority = job.target_url, list(job.source_urls), job.priority
     logger.info(
         "job %s chunk %s: rendering frames %d..%d (attempt %d)",
         job_id, chunk_id, claim.frame_start, claim.frame_end - 1, claim.attempt,
     )  # fmt: skip
     started = time.monotonic()
+    output_url: str | None = None
     try:
         output_url = _render(rt, claim, options, media, target_url, source_urls)
         with session_scope(rt.db) as session:
             last = jobs.finish_chunk(session, claim, output_url, time.monotonic() - started)
     except LeaseLostError:
-        logger.info("job %s chunk %s: lease lost; another attempt owns the chunk", job_id, chunk_id)
+        logger.info("job %s chunk %s: lease lost (taken over or cancelled); stopped", job_id, chunk_id)
+        if output_url is not None:  # uploaded, then not accepted: the file is this attempt's alone
+            rt.storage.delete(output_url)
         return
+    except OperationalError:
+        # The database failed, not the chunk: this is no attempt of the chunk's to record (and it could not be
+        # recorded now). The task retries with back-off; the reaper re-queues the chunk once its lease expires.
+        logger.warning("job %s chunk %s: database unavailable; the chunk will be retried", job_id, chunk_id)
+        raise
     except Exception as exc:
         error = exc if isinstance(exc, SwapfarmError) else ProcessorError(f"{type(exc).__name__}: {exc}")
         logger.warning("job %s chunk %s: attempt %d failed: %s", job_id, chunk_id, claim.attempt, error)
         with session_scope(rt.db) as session:
             outcome = jobs.fail_chunk(session, claim, error, settings.max_attempts)
         if outcome.retry:
+            rt.metrics.retries.labels(step="render").inc()
             countdown = settings.retry_backoff_seconds * 2 ** (claim.attempt - 1)
             payload = ChunkPayload(job_id=job_id, chunk_id=chunk_id)
-            rt.dispatcher.send(RENDER_CHUNK, payload, queue=render_queue(options.family), countdown=countdown)
+            queue = render_queue(options.family)
+            rt.dispatcher.send(RENDER_CHUNK, payload, queue=queue, countdown=countdown, priority=priority)
+        if outcome.job_failed:
+            admission.release(rt.db, rt.dispatcher, job_id, settings.max_running_jobs_per_tenant)
         return
-    logger.info("job %s chunk %s: done in %.1fs", job_id, chunk_id, time.monotonic() - started)
+    seconds = time.monotonic() - started
+    rt.metrics.chunk_rendered(
+        worker=rt.hostname, family=rt.family, frames=claim.frame_end - claim.frame_start, seconds=seconds
+    )
+    logger.info("job %s chunk %s: done in %.1fs", job_id, chunk_id, seconds)
     if last:
-        rt.dispatcher.send(STITCH, JobPayload(job_id=job_id), queue=STITCH_QUEUE)
+        rt.dispatcher.send(STITCH, JobPayload(job_id=job_id), queue=STITCH_QUEUE, priority=priority)
 
 
 def _render(
@@ -94,6 +112,7 @@ def _render(
     ):
         context = ProcessorContext(options=options, sources=sources, settings=rt.settings)
         processors = [build(name, context) for name in options.processors]
+        raw = not any(getattr(p, "touches_pixels", True) for p in processors)
         encoded = Path(tmp) / f"{claim.index:05d}.mp4"
         reader = FrameReader(
             target,
@@ -102,11 +121,15 @@ def _render(
             width=media.width,
             height=media.height,
             batch_size=rt.settings.batch_size,
+            raw=raw,
         )
-        writer = FrameWriter(encoded, width=media.width, height=media.height, fps=media.fps, options=options.encoder)
+        writer = FrameWriter(
+            encoded, width=media.width, height=media.height, fps=media.fps, options=options.encoder, raw=raw
+        )
         try:
             with reader:
                 for batch in reader:
+                    rt.metrics.batch_size.observe(len(batch))
                     for processor in processors:
                         batch = processor.process(batch)
                     writer.write(batch)

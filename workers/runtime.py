@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from shared.dispatch import Dispatcher
 from shared.settings import Settings
 from shared.storage import Storage
+from workers.metrics import WorkerMetrics
 
 
 @dataclass(frozen=True)
@@ -17,6 +18,7 @@ class Runtime:
     dispatcher: Dispatcher
     hostname: str
     family: str
+    metrics: WorkerMetrics = field(default_factory=WorkerMetrics)
 
     @property
     def db(self) -> str:

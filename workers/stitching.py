@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import logging
 import tempfile
+import time
 from contextlib import ExitStack
 from pathlib import Path
 
-from shared import jobs
+from shared import admission, jobs
 from shared.db import session_scope
 from shared.errors import LeaseLostError, SwapfarmError
 from shared.media import MediaInfo, frame_times
 from shared.options import JobOptions
+from shared.states import JobStatus
 from workers import ffmpeg
 from workers.leases import Heartbeat
 from workers.runtime import Runtime
@@ -26,7 +28,7 @@ logger = logging.getLogger(__name__)
 def stitch(job_id: str, rt: Runtime) -> None:
     lease = rt.settings.lease_seconds
     with session_scope(rt.db) as session:
-        token = jobs.begin_stitch(session, job_id, lease)
+        token = jobs.begin_stitch(session, job_id, lease, worker=rt.hostname)
         job = jobs.get_job(session, job_id) if token else None
         if token is None or job is None:
             logger.info("job %s: not stitching (done, held, or not ready)", job_id)
@@ -36,6 +38,7 @@ def stitch(job_id: str, rt: Runtime) -> None:
         media = MediaInfo.from_json(job.media or {})
         target_url, frames_total = job.target_url, job.frames_total
     output_url = rt.storage.job_url(job_id, "output.mp4")
+    started = time.monotonic()
     scratch = rt.scratch / job_id
     scratch.mkdir(parents=True, exist_ok=True)
     try:
@@ -72,15 +75,25 @@ def stitch(job_id: str, rt: Runtime) -> None:
             if not jobs.finish_job(session, job_id, token, output_url):
                 raise LeaseLostError(f"job {job_id}: stitch lease lost before publishing")
     except LeaseLostError:
-        logger.info("job %s: stitch lease lost; another stitcher owns it", job_id)
+        with session_scope(rt.db) as session:
+            job = jobs.get_job(session, job_id)
+            cancelled = job is not None and job.status == JobStatus.CANCELLED
+        if cancelled:  # what this stitcher published must not outlive the cancel
+            logger.info("job %s: cancelled while stitching; its files are deleted", job_id)
+            rt.storage.delete(rt.storage.job_url(job_id), recursive=True)
+        else:
+            logger.info("job %s: stitch lease lost; another stitcher owns it", job_id)
         return
     except SwapfarmError as exc:
         logger.error("job %s: stitch failed: %s", job_id, exc)
         with session_scope(rt.db) as session:
             jobs.fail_job(session, job_id, exc.code, exc.message)
+        admission.release(rt.db, rt.dispatcher, job_id, rt.settings.max_running_jobs_per_tenant)
         return
+    rt.metrics.stitch_seconds.observe(time.monotonic() - started)
     rt.storage.delete(rt.storage.job_url(job_id, "chunks"), recursive=True)
     logger.info("job %s: succeeded, %s", job_id, output_url)
+    admission.release(rt.db, rt.dispatcher, job_id, rt.settings.max_running_jobs_per_tenant)
 
 
 def _beat(rt: Runtime, job_id: str, token: str) -> bool:

@@ -12,6 +12,7 @@ from fastapi.testclient import TestClient
 from api.app import create_app
 from shared.settings import Settings
 from tests.support.farm import Farm
+from tests.support.tenants import bearer
 
 
 @pytest.fixture
@@ -24,8 +25,9 @@ def farm(settings: Settings, tmp_path: Path) -> Iterator[Farm]:
 
 
 @pytest.fixture
-def api(settings: Settings) -> Iterator[TestClient]:
-    with TestClient(create_app(settings)) as client:
+def api(settings: Settings, api_key: str) -> Iterator[TestClient]:
+    """The API in-process, every request carrying the key of a fresh tenant."""
+    with TestClient(create_app(settings), headers=bearer(api_key)) as client:
         yield client
 
 

@@ -10,6 +10,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from pydantic import SecretStr
+
 from shared.settings import Settings
 
 
@@ -19,7 +21,9 @@ def settings_env(settings: Settings) -> dict[str, str]:
         if value is None:
             continue
         env[f"SWAPFARM_{key.upper()}"] = value if isinstance(value, str) else _json(value)
-    env["SWAPFARM_SECRET_KEY"] = settings.secret_key.get_secret_value()
+    for key in type(settings).model_fields:  # model_dump masks secrets: pass their real values
+        if isinstance(secret := getattr(settings, key), SecretStr):
+            env[f"SWAPFARM_{key.upper()}"] = secret.get_secret_value()
     return env
 
 
@@ -32,8 +36,9 @@ def _json(value: object) -> str:
 class Farm:
     """Starts and stops worker and beat processes; every process leads its own process group."""
 
-    def __init__(self, settings: Settings, logs: Path) -> None:
-        self.settings, self.logs = settings, logs
+    def __init__(self, settings: Settings, logs: Path, cwd: Path | None = None) -> None:
+        """``cwd``: the working directory of every process (default: the test's), e.g. one no other process sees."""
+        self.settings, self.logs, self.cwd = settings, logs, cwd
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
     def _spawn(self, key: str, args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
@@ -44,6 +49,7 @@ class Farm:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                cwd=self.cwd,
             )
         self.procs[key] = proc
         return proc
@@ -58,6 +64,9 @@ class Farm:
 
     def beat(self) -> None:
         self._spawn("beat", ["beat"])
+
+    def flower(self, port: int) -> None:
+        self._spawn("flower", ["flower", "--host", "127.0.0.1", "--port", str(port)])
 
     def kill(self, key: str) -> None:
         """SIGKILL the whole process group: the worker's parent and its pool children, with no cleanup."""

@@ -9,6 +9,8 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from shared.media import probe
+
 Frames = npt.NDArray[np.uint8]
 
 
@@ -49,15 +51,12 @@ def make_clip(
 
 
 def read_frames(path: Path) -> Frames:
-    """Every frame of the first video stream, decoded as it comes (no rate conversion), as [N,H,W,3] RGB."""
-    info = json.loads(
-        subprocess.run(
-            ["ffprobe", "-v", "error", "-select_streams", "v:0", "-show_entries", "stream=width,height",
-             "-of", "json", str(path)],
-            check=True, capture_output=True, text=True,
-        ).stdout
-    )["streams"][0]  # fmt: skip
-    w, h = info["width"], info["height"]
+    """Every frame of the first video stream, decoded as it comes (no rate conversion), as [N,H,W,3] RGB.
+
+    Frames are as a player shows them: ffmpeg applies rotation metadata, so their size is the displayed one.
+    """
+    media = probe(path)
+    w, h = media.width, media.height
     raw = subprocess.run(
         ["ffmpeg", "-v", "error", "-i", str(path), "-map", "0:v:0", "-fps_mode", "passthrough",
          "-f", "rawvideo", "-pix_fmt", "rgb24", "pipe:1"],

@@ -55,3 +55,17 @@ def test_the_writer_refuses_frames_of_another_size(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="shape"):
         writer.write(np.zeros((1, 100, 100, 3), np.uint8))
     writer.abort()
+
+
+def test_an_encoder_that_dies_is_reported_with_its_own_error_not_a_broken_pipe(tmp_path: Path) -> None:
+    # ffmpeg cannot open this output: it exits after the first frame, and the writer's next write finds no reader
+    writer = FrameWriter(tmp_path / "missing" / "o.mp4", width=64, height=64, fps="30/1", options=EncoderOptions())
+    frames = np.zeros((8, 64, 64, 3), np.uint8)
+    with pytest.raises(FfmpegError) as info:
+        try:
+            for _ in range(50):
+                writer.write(frames)
+            writer.close()
+        finally:
+            writer.abort()
+    assert "No such file or directory" in info.value.message
