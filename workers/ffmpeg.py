@@ -122,7 +122,36 @@ def stitch_args(
     provenance: bool,
 ) -> list[str]:
     """Concatenate the chunk files by stream copy and take the audio once from the original input."""
-    args = [*_BASE, "-f", "concat", "-safe", "0", "-i", str(list_file)]
+    return _mux_args(
+        ["-f", "concat", "-safe", "0", "-i", str(list_file)], audio_source, audio_codec, output, provenance
+    )
+
+
+def concat_video_args(list_file: Path, output: Path) -> list[str]:
+    """Concatenate the chunk files by stream copy into an MP4 whose index follows its media (no faststart).
+
+    The index can then change size without moving a sample (see :mod:`workers.mp4_timing`).
+    """
+    return [*_BASE, "-f", "concat", "-safe", "0", "-i", str(list_file), "-map", "0:v:0", "-c:v", "copy",
+            "-f", "mp4", str(output)]  # fmt: skip
+
+
+def remux_args(
+    video: Path,
+    audio_source: Path | None,
+    audio_codec: str | None,
+    output: Path,
+    *,
+    provenance: bool,
+) -> list[str]:
+    """Copy ``video``'s video (timing as it is) and take the audio once from the original input."""
+    return _mux_args(["-i", str(video)], audio_source, audio_codec, output, provenance)
+
+
+def _mux_args(
+    video_input: list[str], audio_source: Path | None, audio_codec: str | None, output: Path, provenance: bool
+) -> list[str]:
+    args = [*_BASE, *video_input]
     if audio_source is not None:
         args += ["-i", str(audio_source), "-map", "0:v:0", "-map", "1:a:0?"]
         args += ["-c:a", "copy" if audio_codec in _MP4_AUDIO else "aac"]

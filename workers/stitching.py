@@ -18,7 +18,7 @@ from shared.errors import LeaseLostError, SwapfarmError
 from shared.media import MediaInfo, frame_times
 from shared.options import JobOptions
 from shared.states import JobStatus
-from workers import ffmpeg
+from workers import ffmpeg, mp4_timing
 from workers.leases import Heartbeat
 from workers.runtime import Runtime
 
@@ -53,16 +53,7 @@ def stitch(job_id: str, rt: Runtime) -> None:
             list_file.write_text(ffmpeg.concat_list(parts))
             stitched = tmp / "output.mp4"
             with rt.storage.local_copy(target_url, scratch) as target:
-                ffmpeg.run(
-                    ffmpeg.stitch_args(
-                        list_file,
-                        target if media.has_audio else None,
-                        media.audio_codec,
-                        stitched,
-                        provenance=options.changes_faces,
-                    ),
-                    what="stitch",
-                )
+                _stitch(list_file, target, media, stitched, provenance=options.changes_faces, job_id=job_id)
             counted = len(frame_times(stitched))
             if frames_total is not None and counted != frames_total:
                 raise SwapfarmError(
@@ -94,6 +85,29 @@ def stitch(job_id: str, rt: Runtime) -> None:
     rt.storage.delete(rt.storage.job_url(job_id, "chunks"), recursive=True)
     logger.info("job %s: succeeded, %s", job_id, output_url)
     admission.release(rt.db, rt.dispatcher, job_id, rt.settings.max_running_jobs_per_tenant)
+
+
+def _stitch(list_file: Path, target: Path, media: MediaInfo, output: Path, *, provenance: bool, job_id: str) -> None:
+    """Concatenate the chunks into ``output`` with the audio of ``target``, and its frame times.
+
+    Chunks are encoded at the constant average rate. When the input's frames are not on that grid (a variable
+    frame rate), the concatenated video is written first, its frames given the input's times, then remuxed.
+    """
+    audio = target if media.has_audio else None
+    times = frame_times(target)
+    if mp4_timing.follows_rate(times, media.fps):
+        ffmpeg.run(
+            ffmpeg.stitch_args(list_file, audio, media.audio_codec, output, provenance=provenance), what="stitch"
+        )
+        return
+    video = output.with_name("video.mp4")
+    ffmpeg.run(ffmpeg.concat_video_args(list_file, video), what="stitch")
+    try:
+        mp4_timing.retime_video(video, times)
+    except mp4_timing.Mp4TimingError as exc:  # the file is as it was: every frame, at the constant rate
+        logger.warning("job %s: frames keep the constant rate, their times could not be set: %s", job_id, exc)
+    ffmpeg.run(ffmpeg.remux_args(video, audio, media.audio_codec, output, provenance=provenance), what="stitch")
+    video.unlink()
 
 
 def _beat(rt: Runtime, job_id: str, token: str) -> bool:

@@ -419,11 +419,6 @@ def _two_rates(folder: Path) -> Path:
     return path
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="not yet: chunks are encoded at the average frame rate, so every frame is kept but a variable-rate "
-    "video's frames move in time (here by about a second) against its sound",
-)
 def test_a_variable_frame_rate_video_keeps_its_frame_times(
     api: TestClient, farm: Farm, corpus: Path, tmp_path: Path
 ) -> None:

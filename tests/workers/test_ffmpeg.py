@@ -59,3 +59,13 @@ def test_a_failing_command_raises_with_its_stderr(tmp_path: Path) -> None:
         ffmpeg.run(["ffmpeg", "-v", "error", "-i", str(tmp_path / "missing.mp4"), "out.mp4"], what="probe")
     assert info.value.code == "ffmpeg_failed"
     assert "missing.mp4" in info.value.message
+
+
+def test_a_retimed_stitch_concatenates_without_faststart_then_remuxes_with_the_audio() -> None:
+    concat = ffmpeg.concat_video_args(Path("l.txt"), Path("v.mp4"))
+    assert concat[concat.index("-c:v") + 1] == "copy"
+    assert "-movflags" not in concat and "-an" not in concat and "0:v:0" in concat
+    remux = ffmpeg.remux_args(Path("v.mp4"), Path("in.mp4"), "aac", Path("o.mp4"), provenance=True)
+    assert remux[remux.index("-i") + 1] == "v.mp4"
+    assert "+faststart" in remux[remux.index("-movflags") + 1]
+    assert "1:a:0?" in remux and f"{ffmpeg.PROVENANCE_TAG}=face-swapped" in remux
