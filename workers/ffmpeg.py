@@ -104,6 +104,54 @@ def encode_args(
     ]
 
 
+def transcode_args(
+    source: Path,
+    seek_seconds: float,
+    frames: int,
+    output: Path,
+    width: int,
+    height: int,
+    fps: str,
+    options: EncoderOptions,
+) -> list[str]:
+    """Decode and encode a chunk in one ffmpeg process, for processor chains that never touch pixels.
+
+    The frames are renumbered onto the constant ``fps`` grid (time base 1/fps, pts = frame index), exactly as
+    the piped path's raw input is timed, so the chunk concatenates with its neighbours the same way. Progress
+    (``frame=N`` lines) goes to stdout.
+    """
+    num, _, den = fps.partition("/")
+    seek = ["-ss", f"{seek_seconds:.6f}"] if seek_seconds > 0 else []
+    return [
+        *_BASE,
+        "-progress",
+        "pipe:1",
+        "-nostats",
+        *seek,
+        "-i",
+        str(source),
+        "-map",
+        "0:v:0",
+        "-frames:v",
+        str(frames),
+        "-vf",
+        f"settb={den or 1}/{num},setpts=N",
+        "-fps_mode",
+        "passthrough",
+        "-r",
+        fps,
+        "-c:v",
+        options.encoder,
+        *_quality_args(options),
+        "-pix_fmt",
+        _pixel_format(width, height),
+        "-an",
+        "-f",
+        "mp4",
+        str(output),
+    ]
+
+
 def concat_list(paths: list[Path]) -> str:
     """The concat demuxer's list file: one ``file`` line per chunk, quotes escaped."""
     lines = []

@@ -53,8 +53,7 @@ def _to_yuv420p(frames: FrameBatch) -> FrameBatch:
 class FrameReader:
     """Decode ``frames`` frames from ``seek_seconds`` in batches of ``batch_size``, ``depth`` batches ahead.
 
-    Batches are BGR ``[N, H, W, 3]``; with ``raw`` they are left in the pipe's format (for chains of processors
-    that never look at pixels, which then cost no colour conversion).
+    Batches are BGR ``[N, H, W, 3]``.
 
     Raises (on iteration):
         FfmpegError: ffmpeg failed, or the file ended before ``frames`` frames were read.
@@ -70,10 +69,9 @@ class FrameReader:
         height: int,
         batch_size: int,
         depth: int = 2,
-        raw: bool = False,
     ) -> None:
         self._format = pipe_format(width, height)
-        self._convert = not raw and self._format == "yuv420p"
+        self._convert = self._format == "yuv420p"
         self._args = decode_args(source, seek_seconds, frames, self._format)
         self._frames, self._shape, self._batch = frames, (height, width, 3), batch_size
         # the shape of one frame as it arrives on the pipe: planar 4:2:0 is 1.5 rows of bytes per row
@@ -170,10 +168,9 @@ class FrameWriter:
         fps: str,
         options: EncoderOptions,
         depth: int = 2,
-        raw: bool = False,
     ) -> None:
         self._format = pipe_format(width, height)
-        self._convert = not raw and self._format == "yuv420p"
+        self._convert = self._format == "yuv420p"
         self._proc = subprocess.Popen(
             encode_args(output, width, height, fps, options, self._format),
             stdin=subprocess.PIPE,
@@ -182,7 +179,7 @@ class FrameWriter:
         )
         self._queue: queue.Queue[FrameBatch | None] = queue.Queue(maxsize=depth)
         self._error: BaseException | None = None
-        self._shape = (height * 3 // 2, width) if raw and self._format == "yuv420p" else (height, width, 3)
+        self._shape = (height, width, 3)
         self.frames_written = 0
         self._thread = threading.Thread(target=self._drain, name="frame-writer", daemon=True)
         self._thread.start()

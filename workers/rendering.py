@@ -8,7 +8,9 @@ partial output is thrown away.
 from __future__ import annotations
 
 import logging
+import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -18,13 +20,14 @@ from sqlalchemy.exc import OperationalError
 
 from shared import admission, jobs
 from shared.db import session_scope
-from shared.errors import LeaseLostError, ProcessorError, SwapfarmError
-from shared.media import MediaInfo
+from shared.errors import FfmpegError, LeaseLostError, ProcessorError, SwapfarmError
+from shared.media import MediaInfo, frame_times
 from shared.options import JobOptions
 from shared.tasks import RENDER_CHUNK, STITCH, STITCH_QUEUE, ChunkPayload, JobPayload, render_queue
+from workers import ffmpeg
 from workers.frames import FrameReader, FrameWriter
 from workers.leases import Heartbeat
-from workers.processors import ProcessorContext, build
+from workers.processors import Processor, ProcessorContext, build
 from workers.runtime import Runtime
 
 logger = logging.getLogger(__name__)
@@ -100,7 +103,6 @@ def _render(
     target_url: str,
     source_urls: list[str],
 ) -> str:
-    frames = claim.frame_end - claim.frame_start
     progress = [0]  # frames done, read by the heartbeat thread
     scratch = rt.scratch / claim.job_id
     scratch.mkdir(parents=True, exist_ok=True)
@@ -112,39 +114,97 @@ def _render(
     ):
         context = ProcessorContext(options=options, sources=sources, settings=rt.settings)
         processors = [build(name, context) for name in options.processors]
-        raw = not any(getattr(p, "touches_pixels", True) for p in processors)
         encoded = Path(tmp) / f"{claim.index:05d}.mp4"
-        reader = FrameReader(
-            target,
-            seek_seconds=claim.seek_seconds,
-            frames=frames,
-            width=media.width,
-            height=media.height,
-            batch_size=rt.settings.batch_size,
-            raw=raw,
-        )
-        writer = FrameWriter(
-            encoded, width=media.width, height=media.height, fps=media.fps, options=options.encoder, raw=raw
-        )
-        try:
-            with reader:
-                for batch in reader:
-                    rt.metrics.batch_size.observe(len(batch))
-                    for processor in processors:
-                        batch = processor.process(batch)
-                    writer.write(batch)
-                    progress[0] += len(batch)
-                    if not beat.alive:
-                        raise LeaseLostError(f"chunk {claim.chunk_id}: lease lost or job cancelled")
-            writer.close()
-        except BaseException:
-            writer.abort()
-            raise
-        if writer.frames_written != frames:
-            raise ProcessorError(f"chunk produced {writer.frames_written} frames, expected {frames}")
+        if any(getattr(p, "touches_pixels", True) for p in processors):
+            _process(rt, claim, media, options, processors, target, encoded, progress, beat)
+        else:  # nothing looks at the pixels: one ffmpeg process, the same frames and timing as the pipes give
+            _transcode(claim, media, options, target, encoded, progress, beat)
         output_url = rt.storage.job_url(claim.job_id, "chunks", f"{claim.index:05d}-{claim.token}.mp4")
         rt.storage.upload(encoded, output_url)
     return output_url
+
+
+def _process(
+    rt: Runtime,
+    claim: jobs.ChunkClaim,
+    media: MediaInfo,
+    options: JobOptions,
+    processors: list[Processor],
+    target: Path,
+    encoded: Path,
+    progress: list[int],
+    beat: Heartbeat,
+) -> None:
+    """Decode the chunk's frames through a pipe, run the processors batch by batch, encode through a pipe."""
+    frames = claim.frame_end - claim.frame_start
+    reader = FrameReader(
+        target,
+        seek_seconds=claim.seek_seconds,
+        frames=frames,
+        width=media.width,
+        height=media.height,
+        batch_size=rt.settings.batch_size,
+    )
+    writer = FrameWriter(encoded, width=media.width, height=media.height, fps=media.fps, options=options.encoder)
+    try:
+        with reader:
+            for batch in reader:
+                rt.metrics.batch_size.observe(len(batch))
+                for processor in processors:
+                    batch = processor.process(batch)
+                writer.write(batch)
+                progress[0] += len(batch)
+                if not beat.alive:
+                    raise LeaseLostError(f"chunk {claim.chunk_id}: lease lost or job cancelled")
+        writer.close()
+    except BaseException:
+        writer.abort()
+        raise
+    if writer.frames_written != frames:
+        raise ProcessorError(f"chunk produced {writer.frames_written} frames, expected {frames}")
+
+
+def _transcode(
+    claim: jobs.ChunkClaim,
+    media: MediaInfo,
+    options: JobOptions,
+    target: Path,
+    encoded: Path,
+    progress: list[int],
+    beat: Heartbeat,
+) -> None:
+    """Decode and encode the chunk in one ffmpeg process, following its progress; stop it if the lease is lost."""
+    frames = claim.frame_end - claim.frame_start
+    args = ffmpeg.transcode_args(
+        target, claim.seek_seconds, frames, encoded, media.width, media.height, media.fps, options.encoder
+    )
+    with subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+        follower = threading.Thread(target=_follow, args=(proc, progress), name="transcode-progress", daemon=True)
+        follower.start()
+        while True:
+            try:
+                proc.wait(timeout=0.5)
+                break
+            except subprocess.TimeoutExpired:
+                if not beat.alive:
+                    proc.kill()
+                    raise LeaseLostError(f"chunk {claim.chunk_id}: lease lost or job cancelled") from None
+        follower.join()
+        stderr = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+    if proc.returncode != 0:
+        raise FfmpegError(f"transcoding failed (exit {proc.returncode})", stderr=stderr)
+    produced = len(frame_times(encoded))
+    if produced != frames:
+        raise FfmpegError(f"decoding ended after {produced} of {frames} frames", code="media_truncated")
+
+
+def _follow(proc: subprocess.Popen[bytes], progress: list[int]) -> None:
+    """Read ffmpeg's ``-progress`` lines into ``progress[0]`` (frames encoded so far)."""
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        key, _, value = line.decode(errors="replace").strip().partition("=")
+        if key == "frame" and value.isdigit():
+            progress[0] = int(value)
 
 
 def _beat(rt: Runtime, claim: jobs.ChunkClaim, frames_done: int) -> bool:

@@ -374,11 +374,11 @@ class TestDuplicateDelivery:
 # -- 6. a chunk that fails every time ---------------------------------------------------------------------------
 
 # A stand-in for ffmpeg on the workers' PATH (the process boundary the farm owns): it fails the encode of the second
-# chunk of 328x184 videos, every time, the way a broken encoder build or a bad frame would, and runs the real
-# ffmpeg for everything else.
+# chunk of jobs cut into 45-frame chunks, every time, the way a broken encoder build or a bad frame would, and runs
+# the real ffmpeg for everything else.
 _FAULTY_FFMPEG = """#!/bin/sh
 case " $* " in
-  *" -s 328x184 "*"/00001.mp4 "*)
+  *" -frames:v 45 "*"/00001.mp4 "*)
     echo "simulated encoder fault: cannot encode this chunk" >&2
     exit 1;;
 esac
@@ -400,7 +400,7 @@ def test_a_chunk_that_always_fails_fails_its_job_after_the_retries_and_no_other(
     good_clip = make_clip(tmp_path / "good.mp4", seconds=3, size="320x180")
     farm.worker("w1", env={"PATH": path})
     farm.worker("w2", env={"PATH": path})
-    bad = submit(api, bad_clip, {**LOSSLESS, "chunk_frames": 30})
+    bad = submit(api, bad_clip, {**LOSSLESS, "chunk_frames": 45})
     good = submit(api, good_clip, {**LOSSLESS, "chunk_frames": 30})
 
     failed = wait_finished(api, bad, farm)

@@ -25,7 +25,7 @@ class Processor(Protocol):
     """Turns a batch of frames into the same number of frames.
 
     A processor that never reads or changes pixels (``passthrough``) sets ``touches_pixels = False``; a chain of
-    only such processors gets its frames in the pipe's raw format, skipping the colour conversions.
+    only such processors is rendered by one ffmpeg process, with no frames through Python at all.
     """
 
     def process(self, frames: FrameBatch) -> FrameBatch:
