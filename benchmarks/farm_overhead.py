@@ -50,6 +50,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=int, default=30)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--chunk-seconds", type=float, default=10.0, help="the farm's default chunk length")
     args = parser.parse_args()
     encoder = EncoderOptions(preset="veryfast", quality=80)
     options = JobOptions(processors=["passthrough"], encoder=encoder)
@@ -57,14 +58,17 @@ def main() -> None:
         tmp = Path(tmp_name)
         source = tmp / "input-720p.mp4"
         make_input(source, args.seconds)
-        settings = Settings(work_dir=tmp / "work", batch_size=16)
+        settings = Settings(work_dir=tmp / "work", batch_size=16, chunk_seconds=args.chunk_seconds)
         ffmpeg_times, farm_times = [], []
         for _ in range(args.rounds):
             ffmpeg_times.append(plain_ffmpeg(source, tmp / "ffmpeg.mp4", encoder))
             farm_times.append(farm(source, tmp / "farm.mp4", options, settings))
     frames = args.seconds * 30
     f, s = statistics.median(ffmpeg_times), statistics.median(farm_times)
-    print(f"720p, {frames} frames, libx264 {encoder.preset} crf {encoder.crf()}, {args.rounds} rounds (median)")
+    print(
+        f"720p, {frames} frames, libx264 {encoder.preset} crf {encoder.crf()}, {args.chunk_seconds:g} s chunks, "
+        f"{args.rounds} rounds (median)"
+    )
     print(f"plain ffmpeg      : {f:6.2f} s  {frames / f:6.1f} fps")
     print(f"farm, 1 worker    : {s:6.2f} s  {frames / s:6.1f} fps   (passthrough: plan + chunks + stitch)")
     print(f"farm throughput   : {f / s:.2f}x plain ffmpeg")

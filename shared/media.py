@@ -144,7 +144,13 @@ def probe(path: Path) -> MediaInfo:
 
 
 def frame_times(path: Path, *, declared: int | None = None) -> list[float]:
-    """Presentation times (seconds) of every video frame, in display order, read from packets (no decoding).
+    """Presentation times (seconds) of every video frame, in display order; see :func:`frame_index`."""
+    return frame_index(path, declared=declared)[0]
+
+
+def frame_index(path: Path, *, declared: int | None = None) -> tuple[list[float], list[int]]:
+    """Presentation times (seconds) of every video frame in display order, and the display indices of the
+    keyframes (where decoding can start), read from packets (no decoding).
 
     Packets the demuxer marks as discarded (before an edit list's start) are not frames of the video.
     ``declared`` is the frame count the header states (``MediaInfo.frame_count``): a file with fewer packets
@@ -162,14 +168,14 @@ def frame_times(path: Path, *, declared: int | None = None) -> list[float]:
             f"the file ends after {len(lines)} of the {declared} frames its header declares (truncated?)",
             code="media_truncated",
         )
-    times: list[float] = []
+    packets: list[tuple[float, bool]] = []
     for line in lines:
         pts, _, flags = line.partition(",")
         if not pts or pts == "N/A" or "D" in flags:
             continue
-        times.append(float(pts))
-    times.sort()
-    return times
+        packets.append((float(pts), "K" in flags))
+    packets.sort()
+    return [t for t, _ in packets], [i for i, (_, key) in enumerate(packets) if key]
 
 
 _IMAGE_CODECS = frozenset({"mjpeg", "png", "webp", "bmp", "tiff", "jpeg2000", "jpegls"})

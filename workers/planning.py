@@ -7,7 +7,7 @@ import logging
 from shared import admission, jobs
 from shared.db import session_scope
 from shared.errors import InputError, SwapfarmError
-from shared.media import frame_times, probe
+from shared.media import frame_index, probe
 from shared.options import JobOptions
 from shared.tasks import RENDER_CHUNK, ChunkPayload, render_queue
 from workers.chunking import default_chunk_frames, plan_chunks
@@ -27,11 +27,14 @@ def plan(job_id: str, rt: Runtime) -> None:
     try:
         with rt.storage.local_copy(target_url, rt.scratch / job_id) as target:
             media = probe(target)
-            times = frame_times(target, declared=media.frame_count)
+            times, keyframes = frame_index(target, declared=media.frame_count)
         if not times:
             raise InputError("the video has no frames", code="media_no_frames")
-        size = options.chunk_frames or default_chunk_frames(media.fps_value, rt.settings.chunk_seconds)
-        chunks = plan_chunks(times, size, media.start_time)
+        if options.chunk_frames:  # asked for: exact sizes
+            chunks = plan_chunks(times, options.chunk_frames, media.start_time)
+        else:  # about chunk_seconds each, cut at keyframes
+            size = default_chunk_frames(media.fps_value, rt.settings.chunk_seconds)
+            chunks = plan_chunks(times, size, media.start_time, keyframes)
     except SwapfarmError as exc:
         logger.warning("job %s: planning failed: %s", job_id, exc)
         with session_scope(rt.db) as session:

@@ -39,3 +39,19 @@ def test_default_chunk_is_about_ten_seconds() -> None:
 
 def test_no_frames_no_chunks() -> None:
     assert plan_chunks([], 10) == []
+
+
+def test_cuts_move_to_the_nearest_keyframe_within_half_a_chunk() -> None:
+    times = [i / 30 for i in range(1000)]
+    keyframes = [0, 250, 480, 700, 990]
+    chunks = plan_chunks(times, 300, keyframes=keyframes)
+    assert [c.frame_start for c in chunks] == [0, 250, 480, 700]
+    assert chunks[-1].frame_end == 1000
+    covered = [f for c in chunks for f in range(c.frame_start, c.frame_end)]
+    assert covered == list(range(1000))
+
+
+def test_without_a_keyframe_nearby_the_cut_stays_where_it_was() -> None:
+    times = [i / 30 for i in range(900)]
+    chunks = plan_chunks(times, 300, keyframes=[0, 10])
+    assert [c.frame_start for c in chunks] == [0, 300, 600]
