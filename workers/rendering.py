@@ -119,6 +119,7 @@ def _render(
             _process(rt, claim, media, options, processors, target, encoded, progress, beat)
         else:  # nothing looks at the pixels: one ffmpeg process, the same frames and timing as the pipes give
             _transcode(claim, media, options, target, encoded, progress, beat)
+            rt.metrics.batch_size.observe(claim.frame_end - claim.frame_start)  # the chunk went through as one batch
         output_url = rt.storage.job_url(claim.job_id, "chunks", f"{claim.index:05d}-{claim.token}.mp4")
         rt.storage.upload(encoded, output_url)
     return output_url
