@@ -13,7 +13,7 @@ from pydantic import SecretStr
 
 from shared.settings import Settings
 from tests.integration.conftest import download, submit, wait_finished
-from tests.support.farm import Farm
+from tests.support.farm import Farm, wait_for
 from tests.support.media import assert_frames_match, read_frames
 from tests.support.services import s3_server
 
@@ -90,10 +90,15 @@ def test_a_job_on_s3_storage_completes_with_api_and_workers_sharing_no_folder(
     output = download(api, job_id, tmp_path / "out.mp4")
     assert_frames_match(read_frames(output), read_frames(clip_short))
 
+    # The stitcher deletes the chunks after it has committed the job's success: wait for that, not for a guess.
+    wait_for(
+        lambda: not [k for k in _keys(settings) if k.startswith(f"jobs/{job_id}/chunks/")],
+        timeout=30,
+        what="the stitcher to delete the intermediates",
+    )
     keys = _keys(settings)
     assert f"jobs/{job_id}/output.mp4" in keys
     assert any(k.startswith(f"jobs/{job_id}/input/target") for k in keys)
-    assert not [k for k in keys if k.startswith(f"jobs/{job_id}/chunks/")], "intermediates were not deleted"
     assert not [k for k in keys if k.endswith(".part")], "a partial upload was left behind"
 
     # Each worker worked in its own folder; the API wrote nothing to its own.
