@@ -25,8 +25,8 @@ app.add_typer(keys.tenants, name="tenants")
 remote.register(app)  # submit, status, list, cancel, retry, download: the API's client
 err = Console(stderr=True)
 
-try:  # the models commands live with the workers; the API image has no worker extra
-    from workers.models.commands import app as models_app
+try:  # the models commands need the worker extra (the model registry); the API image has none
+    from cli.models import app as models_app
 
     app.add_typer(models_app, name="models", help="List, download and verify model files.")
 except ImportError:  # pragma: no cover - only in the slim API image
