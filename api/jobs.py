@@ -70,6 +70,15 @@ def _request_hash(form: JobForm, options: JobOptions) -> str:
     return hashlib.sha256(json.dumps(digest, sort_keys=True).encode()).hexdigest()
 
 
+def media_limits(settings: Settings) -> MediaLimits:
+    """The limits a submitted target is checked against (duration, frame size, frames)."""
+    return MediaLimits(
+        max_duration_seconds=settings.max_duration_seconds,
+        max_frame_pixels=settings.max_frame_pixels,
+        max_frames=settings.max_frames,
+    )
+
+
 def read_job(settings: Settings, caller: Principal, job_id: str) -> JobView:
     with session_scope(settings.database_url) as session:
         job = owned_job(session, caller, job_id)
@@ -101,11 +110,7 @@ async def create_job(
 
     A JSON body (``JobRequest``) names its inputs by URL instead (``s3://…`` under a prefix the operator allows)."""
     settings: Settings = request.app.state.settings
-    limits = MediaLimits(
-        max_duration_seconds=settings.max_duration_seconds,
-        max_frame_pixels=settings.max_frame_pixels,
-        max_frames=settings.max_frames,
-    )
+    limits = media_limits(settings)
     if request.headers.get("content-type", "").split(";")[0].strip().lower() == "application/json":
         job_id = await create_job_from_json(request, caller, idempotency_key, settings, limits)
         return await _accepted(settings, caller, job_id)

@@ -30,7 +30,7 @@ from shared.tasks import (
     STITCH_QUEUE,
     render_queue,
 )
-from workers import planning, reaping, rendering, stitching, webhooks
+from workers import planning, presence, reaping, rendering, stitching, webhooks
 from workers.engines.family import detect_family
 from workers.metrics import WorkerMetrics, serve
 from workers.runtime import Runtime
@@ -71,6 +71,7 @@ def create_app(settings: Settings) -> Celery:
 
     metrics = WorkerMetrics()
     _observe(app, settings, metrics)
+    presence.register(app, settings)  # the jobs console's workers page
     if settings.warm_models:  # compile in each pool process as it starts (never in the prefork parent)
         signals.worker_process_init.connect(
             lambda **_: _warm(settings), weak=False, dispatch_uid=f"swapfarm-{id(app)}-warm-models"
