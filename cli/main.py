@@ -154,13 +154,18 @@ def worker(
 
 
 @app.command()
-def doctor() -> None:
+def doctor(as_json: Annotated[bool, typer.Option("--json", help="Print JSON (for scripts)")] = False) -> None:
     """What this machine offers a worker: accelerator family and devices, torch and ONNX Runtime, ffmpeg's
     hardware codecs, the compile cache, and what will fall back."""
+    from cli.output import print_json
     from workers.doctor import diagnose, render
 
     report = diagnose(get_settings())
-    Console().print(render(report))
+    if as_json:
+        sections = {name: dict(rows) for name, rows in report.sections.items()}
+        print_json({"sections": sections, "warnings": report.warnings, "errors": report.errors})
+    else:
+        Console().print(render(report))
     if report.errors:
         raise typer.Exit(1)
 

@@ -53,3 +53,9 @@ def test_key_ids_and_tenants_are_whole_at_80_columns_and_as_json(settings: Setti
     tenants = json.loads(_swapfarm("tenants", "list", "--json", env=env))
     assert info.tenant in {t["name"] for t in tenants}
     assert _whole(info.tenant, _swapfarm("tenants", "list", env=env))
+
+
+def test_doctor_reports_as_json() -> None:
+    report = json.loads(_swapfarm("doctor", "--json"))
+    assert report["sections"]["family"]["in use"] in {"cpu", "cuda", "rocm", "mps", "openvino"}
+    assert isinstance(report["warnings"], list) and isinstance(report["errors"], list)
