@@ -13,7 +13,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from api import jobs, metrics, output, progress
+from api import jobs, metrics, output, progress, ui, webhooks
 from api.openapi import SwapfarmAPI
 from api.schemas import Health
 from shared.broker import make_celery
@@ -61,6 +61,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(progress.router)
     app.include_router(output.router)
     app.include_router(metrics.router)
+    app.include_router(webhooks.router)
+    ui.mount(app)  # the jobs console at /ui (not in the OpenAPI description)
 
     @app.exception_handler(SwapfarmError)
     async def swapfarm_error(_: Request, exc: SwapfarmError) -> JSONResponse:

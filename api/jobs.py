@@ -22,9 +22,11 @@ from pydantic import AwareDatetime, BeforeValidator, ValidationError
 from sqlalchemy import and_, or_, select
 
 from api.auth import Caller
+from api.references import create_job_from_json
 from api.schemas import JOB_ID_EXAMPLE, SUBMISSION_BODY, JobList, JobView, error_responses
 from api.uploads import JobForm, read_job_form
 from api.views import job_view, owned_job, page_progress, tenant_names
+from api.webhooks import checked_callback
 from shared import control, jobs
 from shared.db import session_scope
 from shared.dispatch import send_all
@@ -56,14 +58,25 @@ def _first_error(exc: ValidationError) -> str:
 
 
 def _request_hash(form: JobForm, options: JobOptions) -> str:
-    """What makes two submissions the same request: the files' contents and names, options and priority."""
-    digest = {
+    """What makes two submissions the same request: the files' contents and names, options, priority, callback."""
+    digest: dict[str, object] = {
         "target": [form.target.sha256, form.target.upload.name],
         "sources": [s.sha256 for s in form.sources],
         "options": options.model_dump(mode="json"),
         "priority": form.priority,
     }
+    if form.callback_url is not None:
+        digest["callback_url"] = form.callback_url
     return hashlib.sha256(json.dumps(digest, sort_keys=True).encode()).hexdigest()
+
+
+def media_limits(settings: Settings) -> MediaLimits:
+    """The limits a submitted target is checked against (duration, frame size, frames)."""
+    return MediaLimits(
+        max_duration_seconds=settings.max_duration_seconds,
+        max_frame_pixels=settings.max_frame_pixels,
+        max_frames=settings.max_frames,
+    )
 
 
 def read_job(settings: Settings, caller: Principal, job_id: str) -> JobView:
@@ -93,12 +106,19 @@ async def create_job(
     ] = None,
 ) -> JSONResponse:
     """Submit a job: the upload is checked against the limits as it streams in, then stored, inserted and queued
-    (or ``waiting`` while the tenant is at its limit of jobs running at once). Returns at once (202)."""
+    (or ``waiting`` while the tenant is at its limit of jobs running at once). Returns at once (202).
+
+    A JSON body (``JobRequest``) names its inputs by URL instead (``s3://…`` under a prefix the operator allows)."""
     settings: Settings = request.app.state.settings
+    limits = media_limits(settings)
+    if request.headers.get("content-type", "").split(";")[0].strip().lower() == "application/json":
+        job_id = await create_job_from_json(request, caller, idempotency_key, settings, limits)
+        return await _accepted(settings, caller, job_id)
     folder = Path(tempfile.mkdtemp(prefix="swapfarm-upload-"))
     try:
         form = await read_job_form(request, folder, settings)
         options = _parse_options(form.options)
+        callback_url = await checked_callback(settings, form.callback_url)
         job_id = await run_in_threadpool(
             lambda: submit(
                 database_url=settings.database_url,
@@ -110,15 +130,16 @@ async def create_job(
                 owner=Owner(tenant_id=caller.tenant_id, default_limit=settings.max_running_jobs_per_tenant),
                 priority=form.priority,
                 idempotency=Idempotency(idempotency_key, _request_hash(form, options)) if idempotency_key else None,
-                limits=MediaLimits(
-                    max_duration_seconds=settings.max_duration_seconds,
-                    max_frame_pixels=settings.max_frame_pixels,
-                    max_frames=settings.max_frames,
-                ),
+                limits=limits,
+                callback_url=callback_url,
             )
         )
     finally:
         await run_in_threadpool(shutil.rmtree, folder, True)
+    return await _accepted(settings, caller, job_id)
+
+
+async def _accepted(settings: Settings, caller: Principal, job_id: str) -> JSONResponse:
     view = await run_in_threadpool(read_job, settings, caller, job_id)
     return JSONResponse(
         status_code=202, content=view.model_dump(mode="json"), headers={"Location": f"/v1/jobs/{job_id}"}

@@ -14,6 +14,9 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
+from pydantic.json_schema import models_json_schema
+
+from api.schemas import BODY_MODELS
 
 DESCRIPTION = """
 Submit face-swap video jobs to the render farm, follow them, and download the results.
@@ -24,6 +27,10 @@ job answers 404, exactly like a job that does not exist). Admin keys may list ev
 
 **Errors.** Every error answers `{"error": {"code", "message"}}`; `code` is stable (see each route's responses).
 
+**Submitting.** `POST /v1/jobs` takes the files as `multipart/form-data` (`options` is a JSON part typed by the
+`JobOptions` schema), or a JSON body (`JobRequest`) whose inputs are URLs under prefixes the operator allows
+(`s3://…` for media already in a bucket). A `callback_url` gets the job's end as a signed webhook.
+
 **A job's life.** `waiting` (for the tenant's limit of jobs running at once) → `queued` → `planning` →
 `rendering` → `stitching` → `succeeded`; or `failed` (retry it: only its unfinished chunks render again) or
 `cancelled`. Follow it with `GET /v1/jobs/{id}`, its event log, or the event stream (server-sent events).
@@ -33,6 +40,7 @@ TAGS = [
     {"name": "jobs", "description": "Submit, list, read, cancel and retry jobs."},
     {"name": "progress", "description": "A job's chunks and event log, and the log as server-sent events."},
     {"name": "output", "description": "The finished video, whole or by byte range."},
+    {"name": "webhooks", "description": "The secret that signs the webhooks announcing a job's end."},
     {"name": "health", "description": "Liveness and readiness; no key needed."},
 ]
 
@@ -62,6 +70,12 @@ class SwapfarmAPI(FastAPI):
             for operation in operations.values():
                 for parameter in operation.get("parameters", []):
                     parameter["schema"] = _without_null(parameter.get("schema", {}))
+        _, found = models_json_schema(
+            [(model, "validation") for model in BODY_MODELS], ref_template="#/components/schemas/{model}"
+        )
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        for name, definition in found.get("$defs", {}).items():
+            components.setdefault(name, definition)
         self.openapi_schema = schema
         return schema
 

@@ -8,10 +8,17 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from shared.events import EventKind
+from shared.options import JobOptions
 from shared.states import ChunkStatus, JobStatus
 from shared.tasks import DEFAULT_PRIORITY, MAX_PRIORITY, MIN_PRIORITY
+from shared.webhooks import MAX_URL_LENGTH
 
 JOB_ID_EXAMPLE = "3f2a9c0e5b7d4e1f8a6b2c4d9e0f1a2b"
+CALLBACK_DESCRIPTION = (
+    "An https URL the farm POSTs `job.succeeded`, `job.failed` or `job.cancelled` to when the job ends, signed per "
+    "the Standard Webhooks spec (secret: `GET /v1/webhooks/secret`); retried with back-off for a day. Refused when "
+    "its host resolves to a loopback, link-local or private address (callback_url_forbidden)"
+)
 
 
 class ErrorDetail(BaseModel):
@@ -52,6 +59,11 @@ _ERROR_CODES: dict[int, tuple[str, list[str]]] = {
             "too_many_frames",
             "source_invalid",
             "too_many_sources",
+            "callback_url_invalid",
+            "callback_url_forbidden",
+            "input_url_invalid",
+            "input_url_forbidden",
+            "input_missing",
         ],
     ),
     503: ("The database or the broker is unavailable; try again", ["service_unavailable"]),
@@ -116,6 +128,7 @@ class JobView(BaseModel):
                     "finished_at": None,
                     "output_expires_at": None,
                     "expired": False,
+                    "callback_url": "https://hooks.example.com/swapfarm",
                 }
             ]
         }
@@ -135,6 +148,7 @@ class JobView(BaseModel):
     finished_at: datetime | None
     output_expires_at: datetime | None = Field(description="When the job's files will be deleted")
     expired: bool = Field(description="The job's files were deleted after the retention time")
+    callback_url: str | None = Field(None, description="Where the job's end is announced (signed webhooks)")
 
 
 class JobList(BaseModel):
@@ -220,8 +234,51 @@ class Health(BaseModel):
     checks: dict[str, str] = Field(default_factory=dict, examples=[{"database": "ok", "broker": "ok"}])
 
 
-# The multipart body of POST /v1/jobs, documented by hand: the endpoint parses the stream itself (see
-# ``api.uploads``), so FastAPI cannot derive it from parameters.
+class InputRef(BaseModel):
+    """An input the farm reads itself, from a URL under a prefix its operator allows."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: str = Field(
+        min_length=1,
+        max_length=MAX_URL_LENGTH,
+        description="`s3://` (or `file://`) URL under one of the prefixes the operator allows "
+        "(`SWAPFARM_INPUT_URL_PREFIXES`); the file is copied into the job",
+        examples=["s3://media/clips/interview.mp4"],
+    )
+    name: str | None = Field(
+        None, min_length=1, max_length=255, description="The file's name for people; default: the URL's last part"
+    )
+
+
+class JobRequest(BaseModel):
+    """A job whose inputs are already in storage the farm can read (``POST /v1/jobs`` with a JSON body)."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "target": {"url": "s3://media/clips/interview.mp4"},
+                    "sources": [{"url": "s3://media/faces/actor.jpg"}],
+                    "options": {"processors": ["face_swapper"], "preset": "quality"},
+                    "priority": 7,
+                    "callback_url": "https://hooks.example.com/swapfarm",
+                }
+            ]
+        },
+    )
+
+    target: InputRef = Field(description="The video whose faces are processed")
+    sources: list[InputRef] = Field(default_factory=list, max_length=64, description="Source face image(s)")
+    options: JobOptions = Field(default_factory=JobOptions)
+    priority: int = Field(DEFAULT_PRIORITY, ge=MIN_PRIORITY, le=MAX_PRIORITY, description="0 lowest … 9 most urgent")
+    callback_url: str | None = Field(None, max_length=MAX_URL_LENGTH, description=CALLBACK_DESCRIPTION)
+
+
+# The body of POST /v1/jobs, documented by hand: the endpoint parses the stream itself (see ``api.uploads``), so
+# FastAPI cannot derive it from parameters. ``options`` is a JSON part typed by the JobOptions schema (OpenAPI's
+# per-part ``encoding``), so generated clients know every option; the components come from ``api.openapi``.
 SUBMISSION_BODY: dict[str, Any] = {
     "required": True,
     "content": {
@@ -241,10 +298,8 @@ SUBMISSION_BODY: dict[str, Any] = {
                         "description": "Source face image(s), repeated as one part each",
                     },
                     "options": {
-                        "type": "string",
-                        "description": "JobOptions as JSON (processors, preset, chunk_frames, encoder, face)",
-                        "default": "{}",
-                        "examples": ['{"processors": ["face_swapper"], "preset": "fast"}'],
+                        "$ref": "#/components/schemas/JobOptions",
+                        "description": "JobOptions, as a JSON part (`Content-Type: application/json` or plain text)",
                     },
                     "priority": {
                         "type": "integer",
@@ -253,8 +308,18 @@ SUBMISSION_BODY: dict[str, Any] = {
                         "default": DEFAULT_PRIORITY,
                         "description": "0 lowest … 9 most urgent; honoured by every queue of the farm",
                     },
+                    "callback_url": {
+                        "type": "string",
+                        "format": "uri",
+                        "maxLength": MAX_URL_LENGTH,
+                        "description": CALLBACK_DESCRIPTION,
+                    },
                 },
             },
-        }
+            "encoding": {"options": {"contentType": "application/json"}},
+        },
+        "application/json": {"schema": {"$ref": "#/components/schemas/JobRequest"}},
     },
 }
+# Models the description carries as components although no route parameter names them.
+BODY_MODELS: tuple[type[BaseModel], ...] = (JobRequest,)

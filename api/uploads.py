@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -28,7 +29,8 @@ if TYPE_CHECKING:
 
 FIELD_LIMIT = 64 * 1024  # bytes of a text field (options, priority)
 FILE_FIELDS = ("target", "source")
-TEXT_FIELDS = ("options", "priority")
+TEXT_FIELDS = ("options", "priority", "callback_url")
+MAX_EXTRA_FIELDS = 64  # text fields a caller's own form may add (the console's option fields)
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -45,6 +47,8 @@ class JobForm:
     sources: list[StoredFile]
     options: str
     priority: int
+    callback_url: str | None = None
+    extra: dict[str, list[str]] = field(default_factory=dict)  # fields the caller asked for, by name
 
 
 def body_limit(settings: Settings) -> int:
@@ -68,8 +72,10 @@ class _Part:
 class _FormReader:
     """The parser's callbacks: one part at a time, files to ``folder``, text fields in memory."""
 
-    def __init__(self, folder: Path, settings: Settings) -> None:
+    def __init__(self, folder: Path, settings: Settings, extra: Callable[[str], bool] | None = None) -> None:
         self.folder, self.settings = folder, settings
+        self.is_extra = extra or (lambda _: False)
+        self.extra: dict[str, list[str]] = {}
         self.part = _Part()
         self.header_field, self.header_value = bytearray(), bytearray()
         self.headers: dict[str, bytes] = {}
@@ -101,12 +107,18 @@ class _FormReader:
         name = params.get(b"name", b"").decode("utf-8", "replace")
         if disposition != b"form-data" or not name:
             raise RequestInvalidError("each part needs 'Content-Disposition: form-data; name=…'")
-        if name not in FILE_FIELDS + TEXT_FIELDS:
+        extra = name not in FILE_FIELDS + TEXT_FIELDS and self.is_extra(name)
+        if name not in FILE_FIELDS + TEXT_FIELDS and not extra:
             raise RequestInvalidError(
                 f"unknown form field {_printable(name)!r}; expected one of {FILE_FIELDS + TEXT_FIELDS}"
             )
         part = self.part
         part.name = name
+        if extra:
+            if sum(len(v) for v in self.extra.values()) >= MAX_EXTRA_FIELDS:
+                raise RequestInvalidError(f"more than {MAX_EXTRA_FIELDS} form fields")
+            self.extra.setdefault(name, [])
+            return
         if name in TEXT_FIELDS:
             if name in self.fields:
                 raise RequestInvalidError(f"{name}: given more than once")
@@ -144,9 +156,13 @@ class _FormReader:
         part = self.part
         if part.handle is None:
             try:
-                self.fields[part.name] = part.text.decode("utf-8")
+                text = part.text.decode("utf-8")
             except UnicodeDecodeError as exc:
                 raise RequestInvalidError(f"{part.name}: not UTF-8 text") from exc
+            if part.name in self.extra:
+                self.extra[part.name].append(text)
+            else:
+                self.fields[part.name] = text
             return
         part.handle.close()
         part.handle = None
@@ -171,6 +187,8 @@ class _FormReader:
             sources=self.files["source"],
             options=self.fields.get("options", "") or "{}",
             priority=_priority(self.fields.get("priority")),
+            callback_url=self.fields.get("callback_url", "").strip() or None,
+            extra=self.extra,
         )
 
 
@@ -190,8 +208,12 @@ def _priority(raw: str | None) -> int:
     return value
 
 
-async def read_job_form(request: Request, folder: Path, settings: Settings) -> JobForm:
+async def read_job_form(
+    request: Request, folder: Path, settings: Settings, *, extra: Callable[[str], bool] | None = None
+) -> JobForm:
     """Stream the submission's parts into ``folder``; files never sit in memory.
+
+    ``extra`` names more text fields to accept (repeatable, kept in ``JobForm.extra``), e.g. a form of its own.
 
     Raises:
         TooLargeError: the body, the target or a source is over its limit (``request_too_large``,
@@ -206,7 +228,7 @@ async def read_job_form(request: Request, folder: Path, settings: Settings) -> J
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
         raise TooLargeError(f"the request body is larger than the {limit} byte limit", code="request_too_large")
-    reader = _FormReader(folder, settings)
+    reader = _FormReader(folder, settings, extra)
     parser = MultipartParser(boundary, reader.callbacks())
     received = 0
     try:

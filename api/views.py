@@ -72,6 +72,7 @@ def job_view(job: Job, progress: jobs.Progress, settings: Settings, tenants: dic
         finished_at=job.finished_at,
         output_expires_at=expires,
         expired=job.expired_at is not None,
+        callback_url=job.callback_url,
     )
 
 

@@ -10,14 +10,15 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
+from cli.output import Column, print_json, show
 from shared.settings import get_settings
 
 keys = typer.Typer(no_args_is_help=True, help="API keys: create (shown once), list, revoke.")
 tenants = typer.Typer(no_args_is_help=True, help="Tenants and their limit of jobs running at once.")
 out = Console()
 err = Console(stderr=True)
+Json = Annotated[bool, typer.Option("--json", help="Print JSON (for scripts)")]
 
 
 @keys.command("create")
@@ -42,27 +43,42 @@ def create(
 
 
 @keys.command("list")
-def list_(tenant: Annotated[str | None, typer.Option(help="Only this tenant's keys")] = None) -> None:
+def list_(
+    tenant: Annotated[str | None, typer.Option(help="Only this tenant's keys")] = None, as_json: Json = False
+) -> None:
     """List keys (their ids and first characters, never the keys)."""
+    from dataclasses import asdict
+
     from shared.db import session_scope
     from shared.tenants import list_keys
 
     with session_scope(get_settings().database_url) as session:
         rows = list_keys(session, tenant)
-    table = Table()
-    for column in ("id", "tenant", "prefix", "name", "admin", "created", "revoked"):
-        table.add_column(column, overflow="fold")  # ids and prefixes whole: they are what `revoke` takes
-    for key in rows:
-        table.add_row(
+    if as_json:
+        print_json([asdict(key) for key in rows])
+        return
+    columns = [  # ids and prefixes whole: they are what `revoke` takes
+        Column("id", inline=True),
+        Column("prefix", inline=True),
+        Column("tenant", inline=True),
+        Column("admin", inline=True),
+        Column("created", inline=True),
+        Column("revoked", inline=True, labelled=True),
+        Column("name"),
+    ]
+    cells = [
+        [
             key.id,
-            key.tenant,
             key.prefix,
-            key.name,
-            "yes" if key.admin else "",
+            key.tenant,
+            "admin" if key.admin else "",
             f"{key.created_at:%Y-%m-%d %H:%M}",
             f"{key.revoked_at:%Y-%m-%d %H:%M}" if key.revoked_at else "",
-        )
-    out.print(table)
+            key.name,
+        ]
+        for key in rows
+    ]
+    show(out, columns, cells)
 
 
 @keys.command("revoke")
@@ -82,7 +98,7 @@ def revoke(key_id: Annotated[str, typer.Argument(help="The key's id, or its pref
 
 
 @tenants.command("list")
-def tenants_list() -> None:
+def tenants_list(as_json: Json = False) -> None:
     """List tenants with their limit of jobs running at once."""
     from sqlalchemy import select
 
@@ -92,12 +108,28 @@ def tenants_list() -> None:
     settings = get_settings()
     with session_scope(settings.database_url) as session:
         rows = session.scalars(select(Tenant).order_by(Tenant.name)).all()
-        table = Table("name", "jobs at once", "created")
-        for tenant in rows:
-            limit = tenant.max_running_jobs
-            shown = str(limit) if limit else f"{settings.max_running_jobs_per_tenant} (default)"
-            table.add_row(tenant.name, shown, f"{tenant.created_at:%Y-%m-%d %H:%M}")
-    out.print(table)
+        found = [
+            {
+                "name": t.name,
+                "max_running_jobs": t.max_running_jobs or settings.max_running_jobs_per_tenant,
+                "default_limit": t.max_running_jobs is None,
+                "created_at": t.created_at.isoformat(),
+            }
+            for t in rows
+        ]
+    if as_json:
+        print_json(found)
+        return
+    columns = [Column("name", inline=True), Column("jobs at once", inline=True, labelled=True), Column("created")]
+    cells = [
+        [
+            str(t["name"]),
+            f"{t['max_running_jobs']}{' (default)' if t['default_limit'] else ''}",
+            str(t["created_at"])[:16].replace("T", " "),
+        ]
+        for t in found
+    ]
+    show(out, columns, cells)
 
 
 @tenants.command("limit")

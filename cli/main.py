@@ -25,8 +25,8 @@ app.add_typer(keys.tenants, name="tenants")
 remote.register(app)  # submit, status, list, cancel, retry, download: the API's client
 err = Console(stderr=True)
 
-try:  # the models commands live with the workers; the API image has no worker extra
-    from workers.models.commands import app as models_app
+try:  # the models commands need the worker extra (the model registry); the API image has none
+    from cli.models import app as models_app
 
     app.add_typer(models_app, name="models", help="List, download and verify model files.")
 except ImportError:  # pragma: no cover - only in the slim API image
@@ -154,13 +154,18 @@ def worker(
 
 
 @app.command()
-def doctor() -> None:
+def doctor(as_json: Annotated[bool, typer.Option("--json", help="Print JSON (for scripts)")] = False) -> None:
     """What this machine offers a worker: accelerator family and devices, torch and ONNX Runtime, ffmpeg's
     hardware codecs, the compile cache, and what will fall back."""
+    from cli.output import print_json
     from workers.doctor import diagnose, render
 
     report = diagnose(get_settings())
-    Console().print(render(report))
+    if as_json:
+        sections = {name: dict(rows) for name, rows in report.sections.items()}
+        print_json({"sections": sections, "warnings": report.warnings, "errors": report.errors})
+    else:
+        Console().print(render(report))
     if report.errors:
         raise typer.Exit(1)
 

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn, TransferSpeedColumn
-from rich.table import Table
 
+from cli.output import Column, print_json, show
 from shared.options import ProcessorName, choices
 from shared.settings import get_settings
 from shared.states import JobStatus
@@ -31,6 +31,7 @@ err = Console(stderr=True)
 Url = Annotated[str | None, typer.Option("--url", help="The API (default: SWAPFARM_API_URL)")]
 Key = Annotated[str | None, typer.Option("--key", help="API key (default: SWAPFARM_API_KEY)", show_default=False)]
 JobArg = Annotated[str, typer.Argument(help="The job's id")]
+Json = Annotated[bool, typer.Option("--json", help="Print JSON (for scripts)")]
 
 
 @contextmanager
@@ -106,7 +107,7 @@ def _watch(client: Client, job_id: str) -> JobView:
 
 
 def _finish(job: JobView) -> None:
-    out.print(_line(job), highlight=False)
+    out.print(_line(job), highlight=False, soft_wrap=True)
     if job.status != JobStatus.SUCCEEDED:
         raise typer.Exit(1)
 
@@ -140,7 +141,7 @@ def submit(
         data["processors"] = processor
     with _client(url, key) as client:
         job = client.submit(target, source or [], options=data, priority=priority, idempotency_key=idempotency_key)
-        out.print(job.id, highlight=False)
+        out.print(job.id, highlight=False, soft_wrap=True)
         if watch:
             _finish(_watch(client, job.id))
 
@@ -149,6 +150,7 @@ def status(
     job_id: JobArg,
     watch: Annotated[bool, typer.Option(help="Follow the job with a live progress bar until it ends")] = False,
     chunks: Annotated[bool, typer.Option(help="Show every chunk with its state, attempts and worker")] = False,
+    as_json: Json = False,
     url: Url = None,
     key: Key = None,
 ) -> None:
@@ -158,41 +160,78 @@ def status(
             _finish(_watch(client, job_id))
             return
         job = client.job(job_id)
-        out.print(_line(job), highlight=False)
-        if chunks:
-            table = Table("chunk", "frames", "status", "attempts", "worker", "error")
-            for c in client.chunks(job_id).chunks:
-                error = f"{c.error.code}: {c.error.message}" if c.error else ""
-                table.add_row(
-                    str(c.index), f"{c.frame_start}-{c.frame_end - 1}", c.status, str(c.attempts), c.worker or "", error
-                )
-            out.print(table)
+        rows = client.chunks(job_id).chunks if chunks else []
+    if as_json:
+        data = job.model_dump(mode="json")
+        print_json({"job": data, "chunks": [c.model_dump(mode="json") for c in rows]} if chunks else data)
+        return
+    out.print(_line(job), highlight=False, soft_wrap=True)
+    if chunks:
+        columns = [
+            Column("chunk", inline=True),
+            Column("frames", inline=True),
+            Column("status", inline=True),
+            Column("attempts", inline=True, labelled=True),
+            Column("worker", inline=True),
+            Column("error"),
+        ]
+        cells = [
+            [
+                str(c.index),
+                f"{c.frame_start}-{c.frame_end - 1}",
+                c.status,
+                str(c.attempts),
+                c.worker or "",
+                f"{c.error.code}: {c.error.message}" if c.error else "",
+            ]
+            for c in rows
+        ]
+        show(out, columns, cells)
 
 
 def list_jobs(
     status: Annotated[list[JobStatus] | None, typer.Option(help="Only jobs in this state; repeatable")] = None,
     limit: Annotated[int, typer.Option(min=1, max=200)] = 20,
     all_tenants: Annotated[bool, typer.Option(help="Every tenant's jobs (admin keys)")] = False,
+    as_json: Json = False,
     url: Url = None,
     key: Key = None,
 ) -> None:
     """The newest jobs."""
     with _client(url, key) as client:
         page = client.jobs(status=[str(s) for s in status or []], limit=limit, all_tenants=all_tenants)
-    table = Table("id", "status", "priority", "progress", "target", "created")
+    if as_json:
+        print_json(page.model_dump(mode="json"))
+        return
+    columns = [
+        Column("id", inline=True),
+        Column("status", inline=True),
+        Column("progress", inline=True),
+        Column("priority", inline=True, labelled=True),
+        Column("created", inline=True),
+        Column("target"),
+    ]
     if all_tenants:
-        table.add_column("tenant")
-    for job in page.jobs:
-        row = [job.id, job.status, str(job.priority), f"{job.progress.percent:.1f}%", job.target_name]
-        row.append(f"{job.created_at:%Y-%m-%d %H:%M:%S}")
-        table.add_row(*row, *([job.tenant or ""] if all_tenants else []))
-    out.print(table)
+        columns.append(Column("tenant", inline=True))
+    rows = [
+        [
+            job.id,
+            job.status,
+            f"{job.progress.percent:.1f}%",
+            str(job.priority),
+            f"{job.created_at:%Y-%m-%d %H:%M:%S}",
+            job.target_name,
+            *([job.tenant or ""] if all_tenants else []),
+        ]
+        for job in page.jobs
+    ]
+    show(out, columns, rows)
 
 
 def cancel(job_id: JobArg, url: Url = None, key: Key = None) -> None:
     """Cancel a job: its running chunks stop after their current batch, its files are deleted."""
     with _client(url, key) as client:
-        out.print(_line(client.cancel(job_id)), highlight=False)
+        out.print(_line(client.cancel(job_id)), highlight=False, soft_wrap=True)
 
 
 def retry(
@@ -204,7 +243,7 @@ def retry(
     """Run a failed job again: only its chunks that are not done are rendered again."""
     with _client(url, key) as client:
         job = client.retry(job_id)
-        out.print(_line(job), highlight=False)
+        out.print(_line(job), highlight=False, soft_wrap=True)
         if watch:
             _finish(_watch(client, job_id))
 

@@ -13,6 +13,7 @@ from datetime import timedelta
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
+from shared import webhooks
 from shared.admission import admit, lock_tenant
 from shared.events import EventKind, record
 from shared.models import Chunk, Job, utcnow
@@ -54,6 +55,7 @@ def cancel_job(session: Session, job_id: str, default_limit: int) -> Outcome:
         .values(status=ChunkStatus.CANCELLED, lease_token=None, lease_expires_at=None)
     )
     record(session, job_id, EventKind.CANCELLED, status=JobStatus.CANCELLED)
+    webhooks.enqueue(session, job_id, JobStatus.CANCELLED)
     return Outcome(changed=True, messages=admit(session, tenant_id, default_limit))
 
 

@@ -9,6 +9,8 @@
     │   ├── NoFaceInSourceError       source_no_face: no face found in a source image
     │   ├── RequestInvalidError       request_invalid: the request itself is malformed (form, query, header)
     │   ├── MediaLimitError           media_too_long / resolution_too_large / too_many_frames: over a limit
+    │   ├── CallbackUrlError          callback_url_invalid / callback_url_forbidden: a webhook URL refused (SSRF)
+    │   ├── InputUrlError             input_url_invalid / input_url_forbidden / input_missing: a referenced input
     │   └── TooLargeError (413)       upload_too_large / source_too_large / request_too_large: over a size limit
     ├── UnauthorizedError (401)       unauthorized: no API key, or an unknown or revoked one
     ├── ForbiddenError (403)          forbidden: the key lacks the admin scope (never for another tenant's job)
@@ -86,6 +88,20 @@ class MediaLimitError(InputError):
     """The target is over a farm limit; ``code`` says which (``media_too_long``, ``resolution_too_large`` …)."""
 
     code = "media_limit_exceeded"
+
+
+class CallbackUrlError(InputError):
+    """A ``callback_url`` that is malformed (``callback_url_invalid``) or resolves to an address the farm will not
+    call (``callback_url_forbidden``: loopback, link-local, private …)."""
+
+    code = "callback_url_invalid"
+
+
+class InputUrlError(InputError):
+    """An input referenced by URL: malformed (``input_url_invalid``), outside the prefixes the operator allows
+    (``input_url_forbidden``), or not there (``input_missing``)."""
+
+    code = "input_url_invalid"
 
 
 class UnauthorizedError(SwapfarmError):

@@ -33,6 +33,11 @@ class EventKind(StrEnum):
     CANCELLED = "cancelled"
     RETRIED = "retried"  # the user asked to run a failed job again
     EXPIRED = "expired"  # the job's files were deleted after the retention time
+    # Webhooks (``shared.webhooks``): one event per delivery attempt
+    WEBHOOK_DELIVERED = "webhook_delivered"  # the receiver answered 2xx
+    WEBHOOK_FAILED = "webhook_failed"  # an attempt failed; tried again later
+    WEBHOOK_ABANDONED = "webhook_abandoned"  # an attempt failed and the retry time is over: no more attempts
+    STILLS_FAILED = "stills_failed"  # the before/after stills could not be made (the output is unaffected)
 
 
 def record(

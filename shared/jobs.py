@@ -25,6 +25,7 @@ from typing import Any
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
+from shared import webhooks
 from shared.errors import InputError, LeaseLostError, SwapfarmError
 from shared.events import EventKind, record
 from shared.models import Chunk, Job, utcnow
@@ -56,6 +57,7 @@ def create_job(
     priority: int = DEFAULT_PRIORITY,
     idempotency_key: str | None = None,
     request_hash: str | None = None,
+    callback_url: str | None = None,
 ) -> Job:
     """Insert a job: ``queued`` when it has no tenant, else ``waiting`` for admission (``shared.admission``).
 
@@ -77,6 +79,7 @@ def create_job(
         family=options.family,
         media=media,
         enqueued_at=utcnow(),
+        callback_url=callback_url,
     )
     session.add(job)
     session.flush()
@@ -363,6 +366,7 @@ def finish_job(session: Session, job_id: str, token: str, output_url: str) -> bo
     ).first()
     if done is not None:
         record(session, job_id, EventKind.SUCCEEDED, status=JobStatus.SUCCEEDED)
+        webhooks.enqueue(session, job_id, JobStatus.SUCCEEDED)
     return done is not None
 
 
@@ -389,6 +393,7 @@ def fail_job(session: Session, job_id: str, code: str, message: str) -> bool:
         .values(status=ChunkStatus.CANCELLED, lease_token=None, lease_expires_at=None)
     )
     record(session, job_id, EventKind.FAILED, status=JobStatus.FAILED, error_code=code, message=message)
+    webhooks.enqueue(session, job_id, JobStatus.FAILED)
     return True
 
 

@@ -121,6 +121,8 @@ class Job(Base):
     lease_token: Mapped[str | None] = mapped_column(String(32), default=None)
     lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
     enqueued_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+    # Where the job's end is announced (``shared.webhooks``); checked against SSRF when the job is submitted
+    callback_url: Mapped[str | None] = mapped_column(Text, default=None)
 
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, index=True)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
@@ -189,3 +191,63 @@ class JobEvent(Base):
     worker: Mapped[str | None] = mapped_column(String(255), default=None)
     error_code: Mapped[str | None] = mapped_column(String(64), default=None)
     message: Mapped[str] = mapped_column(Text, default="")
+
+
+# -- webhooks, browser sessions, worker presence -----------------------------------------------------------
+
+
+class WebhookDelivery(Base):
+    """The outbox of webhooks: one row per event to announce, written in the transaction that ended the job.
+
+    A delivery is claimed with a lease like a chunk (so a worker killed mid-request leaves it to be claimed again),
+    and every attempt is recorded as a job event. ``id`` is the event's ``webhook-id``: the same on every attempt,
+    so receivers can drop duplicates.
+    """
+
+    __tablename__ = "webhook_deliveries"
+    __table_args__ = (Index("ix_webhook_deliveries_due", "status", "next_attempt_at"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    job_id: Mapped[str] = mapped_column(String(32), index=True)
+    tenant_id: Mapped[str | None] = mapped_column(String(32), default=None)
+    event_type: Mapped[str] = mapped_column(String(32))
+    url: Mapped[str] = mapped_column(Text)
+    payload: Mapped[dict[str, Any]] = mapped_column(JSON)
+    status: Mapped[str] = mapped_column(String(16), default="pending")  # pending, delivered, abandoned
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    next_attempt_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    lease_token: Mapped[str | None] = mapped_column(String(32), default=None)
+    lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+    last_error: Mapped[str | None] = mapped_column(Text, default=None)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    delivered_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+
+
+class UiSession(Base):
+    """A browser's signed-in session of the jobs console: the cookie holds a random token, the row its hash.
+
+    The session acts as the API key it was opened with: revoking the key ends it at the next request.
+    """
+
+    __tablename__ = "ui_sessions"
+
+    token_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    key_id: Mapped[str] = mapped_column(ForeignKey("api_keys.id", ondelete="CASCADE"), index=True)
+    csrf_token: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class WorkerPresence(Base):
+    """A worker process as it last announced itself (every heartbeat while it runs, idle or not)."""
+
+    __tablename__ = "workers"
+
+    name: Mapped[str] = mapped_column(String(255), primary_key=True)  # Celery's node name, as chunk rows name it
+    hostname: Mapped[str] = mapped_column(String(255))
+    family: Mapped[str] = mapped_column(String(16))
+    device: Mapped[str] = mapped_column(String(255), default="")
+    queues: Mapped[str] = mapped_column(Text, default="")
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    last_seen_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, index=True)
+    stopped_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)

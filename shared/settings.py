@@ -10,7 +10,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, IPvAnyNetwork, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from shared.options import AcceleratorFamily, Enhancer, Swapper
@@ -127,6 +127,30 @@ class Settings(BaseSettings):
         description="Prometheus port of a worker's pool process (the n-th process of a pool serves port + n)",
     )
     worker_metrics_address: str = Field("0.0.0.0", description="Interface the worker's metrics server binds")
+
+    # Webhooks (a job's ``callback_url``): signed per the Standard Webhooks spec, retried with back-off
+    webhook_allowed_networks: list[IPvAnyNetwork] = Field(
+        default_factory=list,
+        description="Networks a callback_url may resolve to although they are loopback, link-local or private "
+        "(e.g. an internal receiver at 10.1.2.0/24); none by default",
+    )
+    webhook_timeout_seconds: float = Field(10.0, gt=0, le=60, description="One delivery attempt's time limit")
+    webhook_retry_base_seconds: float = Field(5.0, gt=0, description="Wait before the first retry; doubles per try")
+    webhook_retry_max_seconds: float = Field(7200.0, gt=0, description="Longest wait between two attempts")
+    webhook_retry_for_seconds: float = Field(
+        24 * 3600.0, gt=0, description="An event not acknowledged this long after the job ended is abandoned"
+    )
+    webhook_poll_seconds: float = Field(2.0, gt=0, description="How often beat looks for deliveries that are due")
+
+    # Inputs referenced by URL in a JSON submission (``POST /v1/jobs`` with ``application/json``)
+    input_url_prefixes: list[str] = Field(
+        default_factory=list,
+        description="URL prefixes inputs may be read from, e.g. s3://media-bucket/clips/ (s3:// and file:// only; "
+        "none by default, so a file:// of the server's disk is never read unless a prefix allows it)",
+    )
+
+    # The jobs console (/ui)
+    ui_session_seconds: float = Field(8 * 3600.0, gt=0, description="A browser sign-in lasts this long")
 
     @model_validator(mode="after")
     def _enforce_non_default_secrets(self) -> Settings:

@@ -108,8 +108,11 @@ def submit(
     priority: int = DEFAULT_PRIORITY,
     idempotency: Idempotency | None = None,
     limits: MediaLimits | None = None,
+    callback_url: str | None = None,
 ) -> str:
     """Accept a job and return its id (an earlier job's id when ``idempotency`` matches one).
+
+    ``callback_url`` must have been checked by the caller (``shared.webhooks.check_callback_url``).
 
     Raises:
         NotAVideoError, UnreadableMediaError: the target is not a readable video.
@@ -151,6 +154,7 @@ def submit(
                 priority=priority,
                 idempotency_key=idempotency.key if idempotency else None,
                 request_hash=idempotency.request_hash if idempotency else None,
+                callback_url=callback_url,
             )
             if owner is None:
                 messages = [Message(PLAN, JobPayload(job_id=job_id), CONTROL_QUEUE, priority)]

@@ -15,6 +15,7 @@ PLAN: Final = "swapfarm.plan"
 RENDER_CHUNK: Final = "swapfarm.render_chunk"
 STITCH: Final = "swapfarm.stitch"
 REAP: Final = "swapfarm.reap"
+DELIVER_WEBHOOKS: Final = "swapfarm.deliver_webhooks"
 
 CONTROL_QUEUE: Final = "control"
 STITCH_QUEUE: Final = "stitch"

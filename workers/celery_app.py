@@ -1,4 +1,4 @@
-"""The Celery application of the workers: the four tasks, thin wrappers that take ids and call the steps.
+"""The Celery application of the workers: its tasks, thin wrappers that take ids and call the steps.
 
 Built by :func:`create_app` from settings (never at import time). CUDA and models are touched only inside the
 task bodies, i.e. in the pool's child process, never in the prefork parent.
@@ -20,8 +20,17 @@ from shared.errors import RetryableError
 from shared.log_context import job_context
 from shared.settings import Settings
 from shared.storage import Storage
-from shared.tasks import CONTROL_QUEUE, PLAN, REAP, RENDER_CHUNK, STITCH, STITCH_QUEUE, render_queue
-from workers import planning, reaping, rendering, stitching
+from shared.tasks import (
+    CONTROL_QUEUE,
+    DELIVER_WEBHOOKS,
+    PLAN,
+    REAP,
+    RENDER_CHUNK,
+    STITCH,
+    STITCH_QUEUE,
+    render_queue,
+)
+from workers import planning, presence, reaping, rendering, stitching, webhooks
 from workers.engines.family import detect_family
 from workers.metrics import WorkerMetrics, serve
 from workers.runtime import Runtime
@@ -51,11 +60,18 @@ def create_app(settings: Settings) -> Celery:
             "task": REAP,
             "schedule": settings.reap_interval_seconds,
             "options": {"queue": CONTROL_QUEUE},
-        }
+        },
+        # The webhook outbox's relay; a tick no worker took in time is dropped, the next one covers it.
+        "deliver-webhooks": {
+            "task": DELIVER_WEBHOOKS,
+            "schedule": settings.webhook_poll_seconds,
+            "options": {"queue": CONTROL_QUEUE, "expires": max(settings.webhook_poll_seconds * 2, 5.0)},
+        },
     }
 
     metrics = WorkerMetrics()
     _observe(app, settings, metrics)
+    presence.register(app, settings)  # the jobs console's workers page
     if settings.warm_models:  # compile in each pool process as it starts (never in the prefork parent)
         signals.worker_process_init.connect(
             lambda **_: _warm(settings), weak=False, dispatch_uid=f"swapfarm-{id(app)}-warm-models"
@@ -98,6 +114,14 @@ def create_app(settings: Settings) -> Celery:
             reaping.reap(rt_of(self))
         except OperationalError:
             logger.warning("reap skipped: the database is unavailable; the next tick tries again")
+
+    @app.task(name=DELIVER_WEBHOOKS, bind=True)
+    def deliver_webhooks(self: Any) -> None:
+        # Periodic like the reaper: a failed tick is retried by the next one, the outbox keeps what is due.
+        try:
+            webhooks.deliver_due(rt_of(self))
+        except OperationalError:
+            logger.warning("webhooks not delivered: the database is unavailable; the next tick tries again")
 
     return app
 

@@ -15,10 +15,11 @@ from pathlib import Path
 from shared import admission, jobs
 from shared.db import session_scope
 from shared.errors import LeaseLostError, SwapfarmError
+from shared.events import EventKind, record
 from shared.media import MediaInfo, frame_times
 from shared.options import JobOptions
 from shared.states import JobStatus
-from workers import ffmpeg, mp4_timing
+from workers import ffmpeg, mp4_timing, stills
 from workers.leases import Heartbeat
 from workers.runtime import Runtime
 
@@ -53,12 +54,14 @@ def stitch(job_id: str, rt: Runtime) -> None:
             list_file.write_text(ffmpeg.concat_list(parts))
             stitched = tmp / "output.mp4"
             with rt.storage.local_copy(target_url, scratch) as target:
-                _stitch(list_file, target, media, stitched, provenance=options.changes_faces, job_id=job_id)
-            counted = len(frame_times(stitched))
-            if frames_total is not None and counted != frames_total:
-                raise SwapfarmError(
-                    f"stitched output has {counted} frames, expected {frames_total}", code="stitch_mismatch"
-                )
+                times = _stitch(list_file, target, media, stitched, provenance=options.changes_faces, job_id=job_id)
+                output_times = frame_times(stitched)
+                counted = len(output_times)
+                if frames_total is not None and counted != frames_total:
+                    raise SwapfarmError(
+                        f"stitched output has {counted} frames, expected {frames_total}", code="stitch_mismatch"
+                    )
+                _stills(rt, job_id, target, stitched, times, output_times, media.start_time, tmp)
             if not beat.alive:
                 raise LeaseLostError(f"job {job_id}: stitch lease lost")
             rt.storage.upload(stitched, output_url)
@@ -87,8 +90,10 @@ def stitch(job_id: str, rt: Runtime) -> None:
     admission.release(rt.db, rt.dispatcher, job_id, rt.settings.max_running_jobs_per_tenant)
 
 
-def _stitch(list_file: Path, target: Path, media: MediaInfo, output: Path, *, provenance: bool, job_id: str) -> None:
-    """Concatenate the chunks into ``output`` with the audio of ``target``, and its frame times.
+def _stitch(
+    list_file: Path, target: Path, media: MediaInfo, output: Path, *, provenance: bool, job_id: str
+) -> list[float]:
+    """Concatenate the chunks into ``output`` with the audio of ``target``, and its frame times (returned).
 
     Chunks are encoded at the constant average rate. When the input's frames are not on that grid (a variable
     frame rate), the concatenated video is written first, its frames given the input's times, then remuxed.
@@ -99,7 +104,7 @@ def _stitch(list_file: Path, target: Path, media: MediaInfo, output: Path, *, pr
         ffmpeg.run(
             ffmpeg.stitch_args(list_file, audio, media.audio_codec, output, provenance=provenance), what="stitch"
         )
-        return
+        return times
     video = output.with_name("video.mp4")
     ffmpeg.run(ffmpeg.concat_video_args(list_file, video), what="stitch")
     try:
@@ -108,6 +113,29 @@ def _stitch(list_file: Path, target: Path, media: MediaInfo, output: Path, *, pr
         logger.warning("job %s: frames keep the constant rate, their times could not be set: %s", job_id, exc)
     ffmpeg.run(ffmpeg.remux_args(video, audio, media.audio_codec, output, provenance=provenance), what="stitch")
     video.unlink()
+    return times
+
+
+def _stills(
+    rt: Runtime,
+    job_id: str,
+    target: Path,
+    output: Path,
+    times: list[float],
+    output_times: list[float],
+    start_time: float,
+    tmp: Path,
+) -> None:
+    """The before/after stills of the jobs console; a failure is the job's event, never the job's failure."""
+    folder = tmp / "stills"
+    folder.mkdir()
+    try:
+        made = stills.make(target, output, times, output_times, start_time, folder)
+        stills.publish(rt, job_id, folder, made)
+    except (SwapfarmError, OSError) as exc:
+        logger.warning("job %s: no before/after stills: %s", job_id, exc)
+        with session_scope(rt.db) as session:
+            record(session, job_id, EventKind.STILLS_FAILED, message=str(exc)[:500])
 
 
 def _beat(rt: Runtime, job_id: str, token: str) -> bool:

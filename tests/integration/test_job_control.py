@@ -182,7 +182,7 @@ def test_the_cli_submits_watches_lists_and_downloads(
     key = make_key(settings)
     farm.worker("w1")
     with live_api(settings, farm.logs) as server:
-        env = {**settings_env(settings), "SWAPFARM_API_URL": server.url, "SWAPFARM_API_KEY": key, "COLUMNS": "200"}
+        env = {**settings_env(settings), "SWAPFARM_API_URL": server.url, "SWAPFARM_API_KEY": key, "COLUMNS": "80"}
 
         def cli(*args: str) -> subprocess.CompletedProcess[str]:
             return subprocess.run(
@@ -196,10 +196,13 @@ def test_the_cli_submits_watches_lists_and_downloads(
         assert f"{job_id} succeeded 100.0%" in submitted.stdout
         assert "frames" in submitted.stderr  # the live bar drew on stderr
 
-        listed = cli("list")
-        assert listed.returncode == 0 and job_id in listed.stdout and "succeeded" in listed.stdout
+        listed = cli("list")  # 80 columns, in a pipe: the id stays whole
+        assert listed.returncode == 0 and job_id in listed.stdout.split() and "succeeded" in listed.stdout
         status = cli("status", job_id, "--chunks")
-        assert status.returncode == 0 and "w1@test" in status.stdout
+        assert status.returncode == 0 and "w1@test" in status.stdout.split()
+        assert [j["id"] for j in json.loads(cli("list", "--json").stdout)["jobs"]] == [job_id]
+        as_json = json.loads(cli("status", job_id, "--chunks", "--json").stdout)
+        assert as_json["job"]["status"] == "succeeded" and len(as_json["chunks"]) == as_json["job"]["chunks"]["total"]
         out = tmp_path / "out.mp4"
         fetched = cli("download", job_id, "-o", str(out))
         assert fetched.returncode == 0, fetched.stderr

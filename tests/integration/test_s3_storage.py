@@ -11,11 +11,13 @@ import pytest
 from fastapi.testclient import TestClient
 from pydantic import SecretStr
 
+from api.app import create_app
 from shared.settings import Settings
 from tests.integration.conftest import download, submit, wait_finished
 from tests.support.farm import Farm, wait_for
 from tests.support.media import assert_frames_match, read_frames
 from tests.support.services import s3_server
+from tests.support.tenants import bearer, make_key
 
 pytestmark = pytest.mark.integration
 
@@ -104,3 +106,28 @@ def test_a_job_on_s3_storage_completes_with_api_and_workers_sharing_no_folder(
     # Each worker worked in its own folder; the API wrote nothing to its own.
     assert any(p.is_dir() for p in (homes["w1"] / "scratch", homes["w2"] / "scratch"))
     assert list(homes["api"].iterdir()) == []
+
+
+def test_a_json_submission_reads_its_inputs_from_the_bucket_under_an_allowed_prefix(
+    settings: Settings, clip_short: Path
+) -> None:
+    """Media already in the bucket: the job names it by ``s3://`` URL instead of uploading it."""
+    assert settings.s3_secret is not None
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=settings.s3_endpoint_url,
+        aws_access_key_id=settings.s3_key,
+        aws_secret_access_key=settings.s3_secret.get_secret_value(),
+        region_name=settings.s3_region,
+    )
+    s3.put_object(Bucket=BUCKET, Key="media/clips/interview.mp4", Body=clip_short.read_bytes())
+    allowed = settings.model_copy(update={"input_url_prefixes": [f"s3://{BUCKET}/media/"]})
+    with TestClient(create_app(allowed), headers=bearer(make_key(settings))) as client:
+        target = {"url": f"s3://{BUCKET}/media/clips/interview.mp4"}
+        accepted = client.post("/v1/jobs", json={"target": target, "options": {"processors": ["passthrough"]}})
+        outside = client.post("/v1/jobs", json={"target": {"url": f"s3://{BUCKET}/farm-other/clip.mp4"}})
+    assert accepted.status_code == 202, accepted.text
+    assert accepted.json()["target_name"] == "interview.mp4"
+    job_id = accepted.json()["id"]
+    assert f"jobs/{job_id}/input/target.mp4" in _keys(settings), "the input is copied into the job"
+    assert outside.status_code == 422 and outside.json()["error"]["code"] == "input_url_forbidden"

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from cli.models import app
 from shared.options import Enhancer, Swapper, choices
 from shared.settings import get_settings
 from tests.support.replicas import identity_swapper, install_replica
 from workers.faces.enhancing import ENHANCERS
 from workers.faces.swapping import SWAPPERS
-from workers.models.commands import app
 from workers.models.download import model_urls, sha256_of
 from workers.models.registry import REGISTRY
 

@@ -1,0 +1,200 @@
+"""A job's page: status, progress and times, the chunk map, the event log (live while the job runs), the
+before/after stills, the output in a ``<video>`` (Range requests), download, cancel and retry."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
+from sqlalchemy import select
+
+from api import output
+from api.schemas import ChunkView, EventView
+from api.ui.rendering import (
+    JobId,
+    Look,
+    forbidden,
+    not_found,
+    page,
+    small_form,
+)
+from api.ui.sessions import (
+    Viewer,
+    csrf_ok,
+)
+from api.views import chunk_view, event_view, job_view, owned_job, tenant_names
+from shared import control, jobs
+from shared.db import session_scope
+from shared.dispatch import send_all
+from shared.errors import NotFoundError
+from shared.models import Chunk, JobEvent
+from shared.settings import Settings
+from shared.states import FINISHED_JOB_STATES, JobStatus
+from shared.storage import Storage
+
+router = APIRouter(prefix="/ui", include_in_schema=False)
+MAX_CHUNKS = 5000  # cells on a chunk map
+EVENTS_SHOWN = 200
+STILL_NAME = re.compile(r"^[0-9]{2}-(before|after)\.jpg$")
+
+
+@dataclass(frozen=True)
+class StillPair:
+    frame: int
+    seconds: float
+    before: str
+    after: str
+
+
+def _stills(storage: Storage, job_id: str) -> list[StillPair]:
+    """The job's before/after stills, from the manifest the stitcher wrote (none for older or failed jobs)."""
+    try:
+        with storage.open_read(storage.job_url(job_id, "stills", "stills.json")) as handle:
+            manifest = json.loads(handle.read(64 * 1024))
+        return [
+            StillPair(int(s["frame"]), float(s["seconds"]), f"/ui/jobs/{job_id}/stills/{s['before']}",
+                      f"/ui/jobs/{job_id}/stills/{s['after']}")
+            for s in manifest.get("stills", [])
+            if STILL_NAME.match(str(s.get("before", ""))) and STILL_NAME.match(str(s.get("after", "")))
+        ]  # fmt: skip
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+
+
+def _job_context(request: Request, viewer: Viewer, job_id: str) -> dict[str, Any]:
+    """Everything the job page shows.
+
+    Raises:
+        NotFoundError: no such job, or another tenant's.
+    """
+    settings: Settings = request.app.state.settings
+    with session_scope(settings.database_url) as session:
+        job = owned_job(session, viewer.principal, job_id)
+        view = job_view(job, jobs.progress(session, job), settings, tenant_names(session, viewer.principal, [job]))
+        chunks: list[ChunkView] = [
+            chunk_view(c)
+            for c in session.scalars(
+                select(Chunk).where(Chunk.job_id == job.id).order_by(Chunk.index).limit(MAX_CHUNKS)
+            ).all()
+        ]
+        recent: list[EventView] = [
+            event_view(e)
+            for e in reversed(
+                session.scalars(
+                    select(JobEvent).where(JobEvent.job_id == job.id).order_by(JobEvent.id.desc()).limit(EVENTS_SHOWN)
+                ).all()
+            )
+        ]
+    finished = view.status in FINISHED_JOB_STATES
+    playable = view.status == JobStatus.SUCCEEDED and not view.expired
+    return {
+        "viewer": viewer,
+        "job": view,
+        "chunks": chunks,
+        "events": recent,
+        "finished": finished,
+        "playable": playable,
+        "stills": _stills(request.app.state.storage, job_id) if playable else [],
+        "can_cancel": not finished,
+        "can_retry": view.status == JobStatus.FAILED and not view.expired,
+    }
+
+
+@router.get("/jobs/{job_id}", response_class=HTMLResponse)
+def jobpage(request: Request, viewer: Look, job_id: str) -> HTMLResponse:
+    try:
+        return page(request, "job.html", _job_context(request, viewer, job_id))
+    except NotFoundError:
+        return not_found(request, viewer, job_id)
+
+
+@router.get("/jobs/{job_id}/live", response_class=HTMLResponse)
+def job_live(request: Request, viewer: Look, job_id: str) -> HTMLResponse:
+    try:
+        return page(request, "_job_live.html", _job_context(request, viewer, job_id))
+    except NotFoundError:
+        return not_found(request, viewer, job_id)
+
+
+async def _act(request: Request, viewer: Viewer, job_id: str, action: str) -> Response:
+    """Cancel or retry from the job page, by the same rules as ``POST /v1/jobs/{id}/cancel|retry``."""
+    form = await small_form(request)
+    if not csrf_ok(viewer, form.get("csrf_token")):
+        return forbidden(request, viewer)
+    settings: Settings = request.app.state.settings
+
+    def change() -> control.Outcome | None:
+        with session_scope(settings.database_url) as session:
+            job = owned_job(session, viewer.principal, job_id)
+            if action == "cancel":
+                return control.cancel_job(session, job.id, settings.max_running_jobs_per_tenant)
+            if job.expired_at is not None:
+                return None
+            return control.retry_job(session, job.id, settings.max_running_jobs_per_tenant)
+
+    try:
+        outcome = await run_in_threadpool(change)
+    except NotFoundError:
+        return not_found(request, viewer, job_id)
+    if outcome is not None and outcome.changed:
+        send_all(request.app.state.dispatcher, outcome.messages)
+        if action == "cancel":
+            storage: Storage = request.app.state.storage
+            await run_in_threadpool(storage.delete, storage.job_url(job_id), recursive=True)
+    where = f"/ui/jobs/{job_id}"
+    if request.headers.get("hx-request"):
+        return Response(status_code=200, headers={"HX-Redirect": where})
+    return RedirectResponse(where, status_code=303)
+
+
+@router.post("/jobs/{job_id}/cancel")
+async def cancel(request: Request, viewer: Look, job_id: JobId) -> Response:
+    return await _act(request, viewer, job_id, "cancel")
+
+
+@router.post("/jobs/{job_id}/retry")
+async def retry(request: Request, viewer: Look, job_id: JobId) -> Response:
+    return await _act(request, viewer, job_id, "retry")
+
+
+@router.get("/jobs/{job_id}/output")
+def job_output(request: Request, viewer: Look, job_id: JobId, download: bool = False) -> StreamingResponse:
+    """The output for the page's ``<video>`` (inline, with Range requests) or as a download."""
+    response = output.get_output(request, viewer.principal, job_id, request.headers.get("range"))
+    if not download:
+        response.headers["content-disposition"] = response.headers["content-disposition"].replace(
+            "attachment", "inline", 1
+        )
+    response.headers["cache-control"] = "private, no-store"
+    return response
+
+
+def _blocks(storage: Storage, url: str) -> Iterator[bytes]:
+    with storage.open_read(url) as handle:
+        while block := handle.read(1 << 16):
+            yield block
+
+
+@router.get("/jobs/{job_id}/stills/{name}")
+def job_still(request: Request, viewer: Look, job_id: JobId, name: str) -> Response:
+    settings: Settings = request.app.state.settings
+    if not STILL_NAME.match(name):
+        return not_found(request, viewer, job_id)
+    with session_scope(settings.database_url) as session:
+        try:
+            owned_job(session, viewer.principal, job_id)
+        except NotFoundError:
+            return not_found(request, viewer, job_id)
+    storage: Storage = request.app.state.storage
+    url = storage.job_url(job_id, "stills", name)
+    if not storage.exists(url):
+        return not_found(request, viewer, job_id)
+    return StreamingResponse(
+        _blocks(storage, url), media_type="image/jpeg", headers={"Cache-Control": "private, max-age=3600"}
+    )
