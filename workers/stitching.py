@@ -19,7 +19,7 @@ from shared.media import MediaInfo, frame_times
 from shared.options import JobOptions
 from shared.states import JobStatus
 from workers import ffmpeg, mp4_timing
-from workers.leases import Heartbeat
+from workers.leases import job_heartbeat
 from workers.runtime import Runtime
 
 logger = logging.getLogger(__name__)
@@ -45,7 +45,7 @@ def stitch(job_id: str, rt: Runtime) -> None:
         with (
             tempfile.TemporaryDirectory(dir=scratch) as tmp_name,
             ExitStack() as stack,
-            Heartbeat(lambda: _beat(rt, job_id, token), rt.settings.heartbeat_seconds, job_id) as beat,
+            job_heartbeat(rt, job_id, token) as beat,
         ):
             tmp = Path(tmp_name)
             parts = [stack.enter_context(rt.storage.local_copy(url, tmp)) for url in chunk_urls]
@@ -108,8 +108,3 @@ def _stitch(list_file: Path, target: Path, media: MediaInfo, output: Path, *, pr
         logger.warning("job %s: frames keep the constant rate, their times could not be set: %s", job_id, exc)
     ffmpeg.run(ffmpeg.remux_args(video, audio, media.audio_codec, output, provenance=provenance), what="stitch")
     video.unlink()
-
-
-def _beat(rt: Runtime, job_id: str, token: str) -> bool:
-    with session_scope(rt.db) as session:
-        return jobs.extend_job_lease(session, job_id, token, rt.settings.lease_seconds)

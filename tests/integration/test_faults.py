@@ -35,6 +35,7 @@ from shared.storage import Storage
 from shared.tasks import RENDER_CHUNK, ChunkPayload, render_queue
 from tests.integration.conftest import download, submit, wait_finished
 from tests.support.farm import Farm, wait_for
+from tests.support.faults import slow_tool
 from tests.support.media import assert_frames_match, make_clip, read_frames, stream_info
 from tests.support.servers import PostgresServer
 
@@ -384,3 +385,22 @@ def test_a_chunk_that_always_fails_fails_its_job_after_the_retries_and_no_other(
     assert body["status"] == "succeeded", body
     assert_frames_match(read_frames(download(api, good, tmp_path / "good-out.mp4")), read_frames(good_clip))
     assert all(farm.procs[k].poll() is None for k in ("w1", "w2")), "a failing chunk must not take a worker down"
+
+
+# -- 7. a plan that takes longer than its lease -----------------------------------------------------------------
+
+
+def test_a_plan_slower_than_its_lease_keeps_it_by_heartbeats_and_is_done_once(
+    farm: Farm, api: TestClient, settings: Settings, tmp_path: Path
+) -> None:
+    clip = make_clip(tmp_path / "clip.mp4", seconds=2, size="320x180")
+    # Every ffprobe call of the worker lasts a lease: probing and indexing the target take two.
+    farm.worker("w1", env=slow_tool(tmp_path / "bin", "ffprobe", settings.lease_seconds))
+    farm.beat()
+    job_id = submit(api, clip, {**LOSSLESS, "chunk_frames": 1000})
+
+    body = wait_finished(api, job_id, farm)
+    assert body["status"] == "succeeded", body
+    assert len(_events(settings, job_id, "planning")) == 1, "the plan was taken away and planned again"
+    assert _events(settings, job_id, "requeued") == []
+    assert_frames_match(read_frames(download(api, job_id, tmp_path / "out.mp4")), read_frames(clip))
