@@ -29,7 +29,7 @@ from shared.errors import InputError, LeaseLostError, SwapfarmError
 from shared.events import RECOVERY_EVENTS, START_EVENTS, EventKind, record
 from shared.models import Chunk, Job, JobEvent, utcnow
 from shared.options import JobOptions
-from shared.states import ChunkStatus, JobStatus, chunk_sources_of, sources_of
+from shared.states import ACTIVE_JOB_STATES, ChunkStatus, JobStatus, chunk_sources_of, sources_of
 from shared.tasks import DEFAULT_PRIORITY
 
 if TYPE_CHECKING:
@@ -435,9 +435,9 @@ def progress(session: Session, job: Job) -> Progress:
         counts[str(status)] = int(count)
         frames += int(done)
     fps = _throughput(session, job.id) if job.status == JobStatus.RENDERING else None
-    lost = recovering(session, job)
+    waiting_on_recovery = recovering(session, job)
     eta = None
-    if fps and job.frames_total is not None and not lost:
+    if fps and job.frames_total is not None and not waiting_on_recovery:
         eta = round(max(job.frames_total - frames, 0) / fps, 1)
     return Progress(
         frames_done=frames,
@@ -445,7 +445,7 @@ def progress(session: Session, job: Job) -> Progress:
         chunks=counts,
         frames_per_second=fps,
         eta_seconds=eta,
-        recovering=lost,
+        recovering=waiting_on_recovery,
     )
 
 
@@ -453,7 +453,7 @@ def recovering(session: Session, job: Job) -> bool:
     """Whether the job waits on a recovery, so that its progress says nothing about when it ends: a running
     chunk's lease is overdue (its worker stopped heartbeating), or since the latest step a worker started the
     job's work was re-queued or re-sent, or the broker was found unreachable (``shared.events.RECOVERY_EVENTS``)."""
-    if job.status not in (JobStatus.QUEUED, JobStatus.PLANNING, JobStatus.RENDERING, JobStatus.STITCHING):
+    if job.status not in ACTIVE_JOB_STATES:
         return False
     overdue = session.scalar(
         select(Chunk.id)

@@ -73,10 +73,10 @@ def reclaim_expired(session: Session, *, max_attempts: int) -> ReapResult:
         .with_for_update(of=Chunk, skip_locked=True)
     ).all()
     for chunk in expired:
+        # A running chunk's recorded error, if any, is an earlier attempt's: this attempt's is its lost worker.
         chunk.lease_token, chunk.lease_expires_at = None, None
-        if not chunk.error_code:
-            chunk.error_code = jobs.WORKER_LOST
-            chunk.error_message = f"worker {chunk.worker} stopped heartbeating during attempt {chunk.attempts}"
+        chunk.error_code = jobs.WORKER_LOST
+        chunk.error_message = f"worker {chunk.worker} stopped heartbeating during attempt {chunk.attempts}"
         if chunk.attempts - chunk.attempts_at_retry >= max_attempts:
             chunk.status = ChunkStatus.FAILED
             if jobs.fail_job(session, chunk.job_id, chunk.error_code, chunk.error_message or ""):
@@ -88,7 +88,7 @@ def reclaim_expired(session: Session, *, max_attempts: int) -> ReapResult:
             record(
                 session, chunk.job_id, EventKind.CHUNK_REQUEUED, chunk_index=chunk.index, attempt=chunk.attempts,
                 worker=chunk.worker, error_code=chunk.error_code,
-                message=f"{chunk.error_message or chunk.error_code}; chunk {chunk.index} re-queued",
+                message=f"{chunk.error_message}; chunk {chunk.index} re-queued",
             )  # fmt: skip
 
     abandoned = session.scalars(
