@@ -151,7 +151,7 @@ def worker(
     try:
         refuse_duplicate(celery, nodename)
     except WorkerNameTakenError as exc:
-        err.print(f"[red]{exc.code}[/]: {exc.message}")
+        err.print(f"[red]{exc.code}[/]: {exc.message}", soft_wrap=True)
         raise typer.Exit(2) from exc
     argv = [
         *(["--quiet"] if json_lines else []),  # the banner is text: its facts are logged instead
