@@ -120,7 +120,7 @@ def _watch(client: Client, job_id: str, every: float = 10.0) -> JobView:
 
 
 def _watch_lines(client: Client, job: JobView, every: float) -> JobView:
-    from datetime import datetime
+    from datetime import UTC, datetime  # the clock of the events' times
 
     from api.schemas import EventView
 
@@ -135,7 +135,7 @@ def _watch_lines(client: Client, job: JobView, every: float) -> JobView:
         now = (str(job.status), step, p.recovering)
         if now != shown:
             shown = now
-            err.print(f"{datetime.now():%H:%M:%S} {_line(job)}", highlight=False, soft_wrap=True)
+            err.print(f"{datetime.now(UTC):%H:%M:%S} {_line(job)}", highlight=False, soft_wrap=True)
     return job
 
 
