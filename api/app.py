@@ -47,7 +47,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.storage = Storage.from_settings(resolved)
         app.state.celery = celery
         app.state.dispatcher = CeleryDispatcher(celery)
-        app.state.metrics = metrics.registry_for(resolved.database_url, celery)
+        app.state.metrics = metrics.registry_for(resolved.database_url, celery, lease_seconds=resolved.lease_seconds)
         yield
         celery.close()
 

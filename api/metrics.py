@@ -4,6 +4,12 @@
   listed, zeros included, so a dashboard never loses a series).
 * ``swapfarm_queue_depth{queue}``: messages waiting in each Celery queue, from the broker (see
   :func:`shared.broker.queue_depths`). Flower does not export it; it is what an autoscaler scales workers on.
+* ``swapfarm_missing_from_broker{step}``: work Postgres says is queued that the broker holds no message for
+  (``render``: chunks; ``plan``, ``stitch``: jobs), queued longer than a few seconds ago. Non-zero for more than a
+  few reaper sweeps means lost messages are not being re-sent (is ``swapfarm beat`` running?). Only with a Redis
+  broker, whose queues can be read without taking their messages.
+* ``swapfarm_chunks_lease_overdue``: running chunks whose lease expired: their worker stopped heartbeating and the
+  reaper has not re-queued them yet. Non-zero for longer than a sweep or two means no reaper runs.
 * ``swapfarm_metrics_source_up{source}``: 1 when the database (``database``) or broker (``broker``) answered this
   scrape; a source that is down drops its series from the scrape instead of failing it.
 
@@ -23,7 +29,8 @@ from prometheus_client.registry import Collector
 from sqlalchemy import func, select
 from sqlalchemy.exc import SQLAlchemyError
 
-from shared.broker import queue_depths
+from shared import reaper
+from shared.broker import BrokerContents, broker_contents, queue_depths
 from shared.db import session_scope
 from shared.models import Chunk, Job
 from shared.states import ChunkStatus, JobStatus
@@ -40,9 +47,10 @@ router = APIRouter(tags=["metrics"])
 class FarmCollector(Collector):
     """Jobs and chunks by state (database) and queue depth (broker), collected at scrape time."""
 
-    def __init__(self, database_url: str, celery: Celery) -> None:
+    def __init__(self, database_url: str, celery: Celery, *, lease_seconds: float = 15.0) -> None:
         self._database_url = database_url
         self._celery = celery
+        self._lease_seconds = lease_seconds
 
     def collect(self) -> Iterator[Metric]:
         up = GaugeMetricFamily(
@@ -70,7 +78,36 @@ class FarmCollector(Collector):
                 depth.add_metric([queue], float(count))
             yield depth
             up.add_metric(["broker"], 1.0)
+        yield from self._recovery()
         yield up
+
+    def _recovery(self) -> Iterator[Metric]:
+        """The recovery gauges; a source that does not answer leaves them out of this scrape."""
+        try:
+            contents: BrokerContents | None = broker_contents(self._celery)
+        except Exception:  # the broker is away (counted above)
+            contents = None
+        try:
+            with session_scope(self._database_url) as session:
+                overdue = reaper.overdue_leases(session)
+                lost = reaper.missing(session, contents, taken_within=self._lease_seconds) if contents else None
+        except SQLAlchemyError:
+            return
+        gauge = GaugeMetricFamily(
+            "swapfarm_chunks_lease_overdue",
+            "Running chunks whose lease expired (their worker stopped heartbeating), not yet re-queued",
+        )
+        gauge.add_metric([], float(overdue))
+        yield gauge
+        if lost is not None:
+            missing = GaugeMetricFamily(
+                "swapfarm_missing_from_broker",
+                "Work queued in Postgres with no message in the broker (render: chunks; plan, stitch: jobs)",
+                labels=["step"],
+            )
+            for step in ("plan", "render", "stitch"):
+                missing.add_metric([step], float(sum(work.step == step for work in lost)))
+            yield missing
 
     def _states(self) -> tuple[GaugeMetricFamily, GaugeMetricFamily]:
         with session_scope(self._database_url) as session:
@@ -89,10 +126,10 @@ class FarmCollector(Collector):
         return jobs, chunks
 
 
-def registry_for(database_url: str, celery: Celery) -> CollectorRegistry:
+def registry_for(database_url: str, celery: Celery, *, lease_seconds: float = 15.0) -> CollectorRegistry:
     """A registry of the API process's farm-wide series (its own, not the global default registry)."""
     registry = CollectorRegistry()
-    registry.register(FarmCollector(database_url, celery))
+    registry.register(FarmCollector(database_url, celery, lease_seconds=lease_seconds))
     return registry
 
 

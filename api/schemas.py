@@ -91,7 +91,16 @@ class ProgressView(BaseModel):
     frames_per_second: float | None = Field(
         None, description="The farm's measured rate on this job, while it renders", examples=[61.5]
     )
-    eta_seconds: float | None = Field(None, description="Time left at the measured rate", examples=[68.3])
+    eta_seconds: float | None = Field(
+        None, description="Time left at the measured rate; null while recovering", examples=[68.3]
+    )
+    recovering: bool = Field(
+        False,
+        description=(
+            "The job waits on a recovery: a worker stopped heartbeating, its work was re-queued or re-sent, or the "
+            "broker does not answer. Its progress says nothing about when it ends until a worker takes its work again"
+        ),
+    )
 
 
 class ChunkCounts(BaseModel):
@@ -117,6 +126,7 @@ class JobView(BaseModel):
                         "percent": 22.2,
                         "frames_per_second": 61.5,
                         "eta_seconds": 68.3,
+                        "recovering": False,
                     },
                     "chunks": {"total": 18, "queued": 12, "running": 2, "done": 4, "failed": 0, "cancelled": 0},
                     "error": None,

@@ -61,6 +61,7 @@ def job_view(job: Job, progress: jobs.Progress, settings: Settings, tenants: dic
             percent=round(100.0 * done / total, 1) if total else 0.0,
             frames_per_second=progress.frames_per_second,
             eta_seconds=progress.eta_seconds,
+            recovering=progress.recovering,
         ),
         chunks=ChunkCounts(total=job.chunks_total or 0, **progress.chunks),
         error=ErrorDetail(code=job.error_code, message=job.error_message or "") if job.error_code else None,

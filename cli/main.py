@@ -128,19 +128,33 @@ def worker(
         int | None, typer.Option(min=0, help="Use only GPU N (one worker process per GPU on multi-GPU hosts)")
     ] = None,
 ) -> None:
-    """Run a Celery worker consuming the queues of this machine's accelerator family."""
+    """Run a Celery worker consuming the queues of this machine's accelerator family.
+
+    Refuses to start under the name of a worker that is running (exit 2, ``worker_name_taken``). Logs are JSON
+    lines when stderr is not a terminal, the banner's facts (queues and their routing) included."""
     if gpu is not None:  # before anything can initialise CUDA; inherited by the pool's processes
         os.environ["CUDA_VISIBLE_DEVICES"] = os.environ["HIP_VISIBLE_DEVICES"] = str(gpu)
+    from celery.utils.nodenames import default_nodename, host_format
+
     from cli.logs import configure
-    from workers.celery_app import create_app, worker_queues
+    from shared.errors import WorkerNameTakenError
+    from workers.celery_app import create_app, refuse_duplicate, worker_queues
     from workers.engines.family import detect_family
 
-    configure()
+    json_lines = not sys.stderr.isatty()
+    configure(json_lines=json_lines)
     settings = get_settings()
     family = detect_family(settings)
     celery = create_app(settings)
     default_name = f"{family}-{os.getpid()}@%h" if gpu is None else f"{family}-gpu{gpu}-{os.getpid()}@%h"
+    nodename = host_format(default_nodename(name or default_name))
+    try:
+        refuse_duplicate(celery, nodename)
+    except WorkerNameTakenError as exc:
+        err.print(f"[red]{exc.code}[/]: {exc.message}", soft_wrap=True)
+        raise typer.Exit(2) from exc
     argv = [
+        *(["--quiet"] if json_lines else []),  # the banner is text: its facts are logged instead
         "worker",
         f"--queues={queues or ','.join(worker_queues(family))}",
         f"--concurrency={concurrency or settings.worker_concurrency}",
@@ -148,9 +162,9 @@ def worker(
         "--loglevel=INFO",
         "--without-mingle",
         "--without-gossip",
-        f"--hostname={name or default_name}",
+        f"--hostname={nodename}",
     ]
-    celery.worker_main(argv)
+    celery.start(argv)
 
 
 @app.command()
@@ -172,14 +186,13 @@ def doctor(as_json: Annotated[bool, typer.Option("--json", help="Print JSON (for
 
 @app.command()
 def beat() -> None:
-    """Run celery beat: the periodic reaper of abandoned work."""
+    """Run the reaper, exactly one per farm: every SWAPFARM_REAP_INTERVAL_SECONDS it re-queues the chunks of
+    workers that stopped heartbeating and re-sends the work the broker lost. It keeps no schedule file."""
     from cli.logs import configure
-    from workers.celery_app import create_app
+    from workers.reaping import run
 
     configure()
-    settings = get_settings()
-    settings.work_dir.mkdir(parents=True, exist_ok=True)
-    create_app(settings).start(["beat", "--loglevel=INFO", f"--schedule={settings.work_dir}/beat-schedule"])
+    run(get_settings())
 
 
 @app.command()

@@ -32,6 +32,12 @@ Url = Annotated[str | None, typer.Option("--url", help="The API (default: SWAPFA
 Key = Annotated[str | None, typer.Option("--key", help="API key (default: SWAPFARM_API_KEY)", show_default=False)]
 JobArg = Annotated[str, typer.Argument(help="The job's id")]
 Json = Annotated[bool, typer.Option("--json", help="Print JSON (for scripts)")]
+Every = Annotated[
+    float,
+    typer.Option(
+        min=0, help="Without a terminal, --watch prints a progress line each time the job crosses this many percent"
+    ),
+]
 
 
 @contextmanager
@@ -56,9 +62,18 @@ def _client(url: str | None, key: str | None) -> Iterator[Client]:
 def _line(job: JobView) -> str:
     p = job.progress
     frames = f"{p.frames_done}/{p.frames_total}" if p.frames_total is not None else f"{p.frames_done}"
-    eta = f", ETA {p.eta_seconds:.0f}s" if p.eta_seconds is not None else ""
+    eta = ", recovering" if p.recovering else f", ETA {p.eta_seconds:.0f}s" if p.eta_seconds is not None else ""
     error = f" — {job.error.code}: {job.error.message}" if job.error else ""
     return f"{job.id} {job.status} {p.percent:.1f}% ({frames} frames{eta}){error}"
+
+
+def _rate(job: JobView) -> str:
+    """The bar's rate column: the measured rate and ETA, or ``recovering`` instead of an ETA on stale data."""
+    p = job.progress
+    fps = f"{p.frames_per_second:.1f} fps" if p.frames_per_second else ""
+    if p.recovering:
+        return ", ".join(x for x in (fps, "recovering") if x)
+    return f"{fps}, ETA {p.eta_seconds:.0f}s" if fps and p.eta_seconds is not None else ""
 
 
 def _event_line(event: EventView) -> str | None:
@@ -78,11 +93,15 @@ def _event_line(event: EventView) -> str | None:
     return " ".join(parts)
 
 
-def _watch(client: Client, job_id: str) -> JobView:
-    """Follow the job with a live bar until it ends; returns its final state."""
+def _watch(client: Client, job_id: str, every: float = 10.0) -> JobView:
+    """Follow the job until it ends; returns its final state. On a terminal a live bar; otherwise (a log, a pipe)
+    one line per event and one each time the job changes state, crosses another ``every`` percent, or starts or
+    stops recovering."""
     from api.schemas import EventView
 
     job = client.job(job_id)
+    if not err.is_terminal:
+        return _watch_lines(client, job, every)
     columns = (
         TextColumn("[bold]{task.fields[status]}"),
         BarColumn(),
@@ -97,12 +116,27 @@ def _watch(client: Client, job_id: str) -> JobView:
                     bar.console.print(line, highlight=False)
                 continue
             job, p = item, item.progress
-            rate = (
-                f"{p.frames_per_second:.1f} fps, ETA {p.eta_seconds:.0f}s"
-                if p.frames_per_second and p.eta_seconds is not None
-                else ""
-            )
-            bar.update(task, completed=p.frames_done, total=p.frames_total, status=job.status, rate=rate)
+            bar.update(task, completed=p.frames_done, total=p.frames_total, status=job.status, rate=_rate(job))
+    return job
+
+
+def _watch_lines(client: Client, job: JobView, every: float) -> JobView:
+    from datetime import UTC, datetime  # the clock of the events' times
+
+    from api.schemas import EventView
+
+    shown: tuple[str, float, bool] | None = None
+    for item in client.follow(job.id):
+        if isinstance(item, EventView):
+            if line := _event_line(item):
+                err.print(line, highlight=False, soft_wrap=True)
+            continue
+        job, p = item, item.progress
+        step = p.percent // every * every if every > 0 else p.percent
+        now = (str(job.status), step, p.recovering)
+        if now != shown:
+            shown = now
+            err.print(f"{datetime.now(UTC):%H:%M:%S} {_line(job)}", highlight=False, soft_wrap=True)
     return job
 
 
@@ -129,6 +163,7 @@ def submit(
     priority: Annotated[int | None, typer.Option(min=0, max=9, help="0 lowest … 9 most urgent")] = None,
     idempotency_key: Annotated[str | None, typer.Option(help="Submitting again with it answers the same job")] = None,
     watch: Annotated[bool, typer.Option(help="Follow the job until it ends")] = False,
+    every: Every = 10.0,
     url: Url = None,
     key: Key = None,
 ) -> None:
@@ -143,21 +178,24 @@ def submit(
         job = client.submit(target, source or [], options=data, priority=priority, idempotency_key=idempotency_key)
         out.print(job.id, highlight=False, soft_wrap=True)
         if watch:
-            _finish(_watch(client, job.id))
+            _finish(_watch(client, job.id, every))
 
 
 def status(
     job_id: JobArg,
     watch: Annotated[bool, typer.Option(help="Follow the job with a live progress bar until it ends")] = False,
-    chunks: Annotated[bool, typer.Option(help="Show every chunk with its state, attempts and worker")] = False,
+    chunks: Annotated[
+        bool, typer.Option(help="Show every chunk with its state, attempts, worker and the error of a failed one")
+    ] = False,
     as_json: Json = False,
+    every: Every = 10.0,
     url: Url = None,
     key: Key = None,
 ) -> None:
     """A job's state and progress."""
     with _client(url, key) as client:
         if watch:
-            _finish(_watch(client, job_id))
+            _finish(_watch(client, job_id, every))
             return
         job = client.job(job_id)
         rows = client.chunks(job_id).chunks if chunks else []
@@ -237,6 +275,7 @@ def cancel(job_id: JobArg, url: Url = None, key: Key = None) -> None:
 def retry(
     job_id: JobArg,
     watch: Annotated[bool, typer.Option(help="Follow the job until it ends")] = False,
+    every: Every = 10.0,
     url: Url = None,
     key: Key = None,
 ) -> None:
@@ -245,7 +284,7 @@ def retry(
         job = client.retry(job_id)
         out.print(_line(job), highlight=False, soft_wrap=True)
         if watch:
-            _finish(_watch(client, job_id))
+            _finish(_watch(client, job_id, every))
 
 
 def download(

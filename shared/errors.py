@@ -16,7 +16,8 @@
     ├── ForbiddenError (403)          forbidden: the key lacks the admin scope (never for another tenant's job)
     ├── NotFoundError (404)           not_found: no such job, or not yours
     ├── ConflictError (409)           conflict: the request conflicts with the job's state
-    │   └── IdempotencyConflictError  idempotency_conflict: an Idempotency-Key reused with a different request
+    │   ├── IdempotencyConflictError  idempotency_conflict: an Idempotency-Key reused with a different request
+    │   └── WorkerNameTakenError      worker_name_taken: a worker started under the name of a live one
     ├── GoneError (410)               output_expired: the job's files were deleted after the retention time
     ├── RangeNotSatisfiableError (416) range_not_satisfiable: a Range header outside the file
     ├── PermanentError (500)          a failure that retrying will not fix
@@ -126,6 +127,12 @@ class ConflictError(SwapfarmError):
 
 class IdempotencyConflictError(ConflictError):
     code = "idempotency_conflict"
+
+
+class WorkerNameTakenError(ConflictError):
+    """A worker was started under the name of a worker that is running (``swapfarm worker --name``)."""
+
+    code = "worker_name_taken"
 
 
 class GoneError(SwapfarmError):

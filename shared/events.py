@@ -38,6 +38,17 @@ class EventKind(StrEnum):
     WEBHOOK_FAILED = "webhook_failed"  # an attempt failed; tried again later
     WEBHOOK_ABANDONED = "webhook_abandoned"  # an attempt failed and the retry time is over: no more attempts
     STILLS_FAILED = "stills_failed"  # the before/after stills could not be made (the output is unaffected)
+    # -- recovery: what the reaper and the senders saw of the broker ----------------------------------------------
+    BROKER_UNREACHABLE = "broker_unreachable"  # the broker did not answer; the job's queued work waits for it
+    RESENT = "resent"  # the broker no longer held the job's messages (lost, or never sent): sent again
+
+
+# A job whose latest event of these is a recovery one (and not yet a step that started since) is recovering: its
+# progress is stale until a worker takes its work again (``shared.jobs.progress``).
+RECOVERY_EVENTS = frozenset(
+    {EventKind.CHUNK_REQUEUED, EventKind.REQUEUED, EventKind.RESENT, EventKind.BROKER_UNREACHABLE}
+)
+START_EVENTS = frozenset({EventKind.PLANNING, EventKind.CHUNK_STARTED, EventKind.STITCH_STARTED})
 
 
 def record(

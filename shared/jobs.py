@@ -7,8 +7,8 @@ Workers and the API change rows only through these functions, so the rules live 
 * only the lease holder may finish its step (``WHERE lease_token = :token``);
 * the call that finishes the last chunk moves the job to ``stitching`` — decided under the job row's lock, so
   exactly one caller sees it and enqueues the stitch;
-* the reaper hands expired leases and lost messages back to the queues, and fails a job past the attempt limit
-  with the last error;
+* the reaper (``shared.reaper``) hands expired leases and lost messages back to the queues, and fails a job past
+  the attempt limit with the last error;
 * each change records its event in the job's log (``shared.events``) in the same transaction.
 
 Callers commit, then enqueue what the function returned (Postgres first, Redis second).
@@ -18,20 +18,23 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import case, func, select, update
 from sqlalchemy.orm import Session
 
 from shared import webhooks
 from shared.errors import InputError, LeaseLostError, SwapfarmError
-from shared.events import EventKind, record
-from shared.models import Chunk, Job, utcnow
+from shared.events import RECOVERY_EVENTS, START_EVENTS, EventKind, record
+from shared.models import Chunk, Job, JobEvent, utcnow
 from shared.options import JobOptions
-from shared.states import ChunkStatus, JobStatus, chunk_sources_of, sources_of
+from shared.states import ACTIVE_JOB_STATES, ChunkStatus, JobStatus, chunk_sources_of, sources_of
 from shared.tasks import DEFAULT_PRIORITY
+
+if TYPE_CHECKING:
+    from shared import reaper
 
 WORKER_LOST = "worker_lost"
 
@@ -253,6 +256,9 @@ def finish_chunk(session: Session, claim: ChunkClaim, output_url: str, seconds: 
             frames_done=frames,
             lease_token=None,
             lease_expires_at=None,
+            # An earlier attempt's error is history once the chunk is done: the job's events keep it.
+            error_code=None,
+            error_message=None,
         )
         .returning(Chunk.id)
     ).first()
@@ -400,82 +406,11 @@ def fail_job(session: Session, job_id: str, code: str, message: str) -> bool:
 # -- reap -------------------------------------------------------------------------------------------------
 
 
-@dataclass
-class ReapResult:
-    plan: list[str] = field(default_factory=list)
-    render: list[tuple[str, str]] = field(default_factory=list)  # (job_id, chunk_id)
-    stitch: list[str] = field(default_factory=list)
-    failed: list[str] = field(default_factory=list)
+def reap(session: Session, *, max_attempts: int, requeue_after: float) -> reaper.ReapResult:
+    """The reaper's sweep without the broker's contents; see :mod:`shared.reaper`."""
+    from shared import reaper  # the reaper builds on this module's state changes
 
-
-def reap(session: Session, *, max_attempts: int, requeue_after: float) -> ReapResult:
-    """Find abandoned work: expired leases and messages that may have been lost. Returns what to enqueue."""
-    now = utcnow()
-    stale = now - timedelta(seconds=requeue_after)
-    result = ReapResult()
-
-    expired = session.scalars(
-        select(Chunk)
-        .join(Job)
-        .where(Job.status == JobStatus.RENDERING)
-        .where(Chunk.status == ChunkStatus.RUNNING, Chunk.lease_expires_at < now)
-        .with_for_update(of=Chunk, skip_locked=True)
-    ).all()
-    for chunk in expired:
-        chunk.lease_token, chunk.lease_expires_at = None, None
-        if not chunk.error_code:
-            chunk.error_code = WORKER_LOST
-            chunk.error_message = f"worker {chunk.worker} stopped heartbeating during attempt {chunk.attempts}"
-        if chunk.attempts - chunk.attempts_at_retry >= max_attempts:
-            chunk.status = ChunkStatus.FAILED
-            if fail_job(session, chunk.job_id, chunk.error_code, chunk.error_message or ""):
-                result.failed.append(chunk.job_id)
-        else:
-            chunk.status = ChunkStatus.QUEUED
-            chunk.enqueued_at = now
-            result.render.append((chunk.job_id, chunk.id))
-            record(
-                session, chunk.job_id, EventKind.CHUNK_REQUEUED, chunk_index=chunk.index, attempt=chunk.attempts,
-                worker=chunk.worker, error_code=chunk.error_code, message=chunk.error_message or "",
-            )  # fmt: skip
-
-    lost = session.scalars(
-        select(Chunk)
-        .join(Job)
-        .where(Job.status == JobStatus.RENDERING)
-        .where(Chunk.status == ChunkStatus.QUEUED, Chunk.enqueued_at < stale)
-        .with_for_update(of=Chunk, skip_locked=True)
-    ).all()
-    for chunk in lost:
-        chunk.enqueued_at = now
-        result.render.append((chunk.job_id, chunk.id))
-
-    jobs = session.scalars(
-        select(Job)
-        .where(Job.status.in_((JobStatus.QUEUED, JobStatus.PLANNING, JobStatus.STITCHING)))
-        .with_for_update(skip_locked=True)
-    ).all()
-    for job in jobs:
-        leased = job.lease_expires_at is not None
-        if leased and job.lease_expires_at is not None and job.lease_expires_at >= now:
-            continue  # a live planner or stitcher holds it
-        if not leased and job.enqueued_at is not None and job.enqueued_at >= stale:
-            continue  # its message is recent: give the queue time
-        if job.attempts >= max_attempts:
-            step = "plan" if job.status != JobStatus.STITCHING else "stitch"
-            if fail_job(session, job.id, WORKER_LOST, f"the {step} step was abandoned {job.attempts} times"):
-                result.failed.append(job.id)
-            continue
-        job.lease_token, job.lease_expires_at, job.enqueued_at = None, None, now
-        if job.status == JobStatus.STITCHING:
-            result.stitch.append(job.id)
-        else:
-            job.status = JobStatus.QUEUED
-            result.plan.append(job.id)
-        if leased:  # an abandoned step, not only a message that may have been lost
-            record(session, job.id, EventKind.REQUEUED, status=job.status, message="a step was abandoned; sent again")
-    session.flush()
-    return result
+    return reaper.reap(session, max_attempts=max_attempts, requeue_after=requeue_after)
 
 
 # -- progress ---------------------------------------------------------------------------------------------
@@ -487,11 +422,13 @@ class Progress:
     frames_total: int | None
     chunks: dict[str, int]
     frames_per_second: float | None = None  # the farm's measured rate on this job, while it renders
-    eta_seconds: float | None = None
+    eta_seconds: float | None = None  # None while recovering: the rate measured before a loss says nothing now
+    recovering: bool = False
 
 
 def progress(session: Session, job: Job) -> Progress:
-    """Frames rendered so far (finished chunks plus the running ones' heartbeats) and chunks by state."""
+    """Frames rendered so far (finished chunks plus the running ones' heartbeats), chunks by state, and whether
+    the job is recovering from a loss (:func:`recovering`), in which case it has no ETA."""
     rows = session.execute(
         select(Chunk.status, func.count(), func.coalesce(func.sum(Chunk.frames_done), 0))
         .where(Chunk.job_id == job.id)
@@ -503,12 +440,40 @@ def progress(session: Session, job: Job) -> Progress:
         counts[str(status)] = int(count)
         frames += int(done)
     fps = _throughput(session, job.id) if job.status == JobStatus.RENDERING else None
+    waiting_on_recovery = recovering(session, job)
     eta = None
-    if fps and job.frames_total is not None:
+    if fps and job.frames_total is not None and not waiting_on_recovery:
         eta = round(max(job.frames_total - frames, 0) / fps, 1)
     return Progress(
-        frames_done=frames, frames_total=job.frames_total, chunks=counts, frames_per_second=fps, eta_seconds=eta
+        frames_done=frames,
+        frames_total=job.frames_total,
+        chunks=counts,
+        frames_per_second=fps,
+        eta_seconds=eta,
+        recovering=waiting_on_recovery,
     )
+
+
+def recovering(session: Session, job: Job) -> bool:
+    """Whether the job waits on a recovery, so that its progress says nothing about when it ends: a running
+    chunk's lease is overdue (its worker stopped heartbeating), or since the latest step a worker started the
+    job's work was re-queued or re-sent, or the broker was found unreachable (``shared.events.RECOVERY_EVENTS``)."""
+    if job.status not in ACTIVE_JOB_STATES:
+        return False
+    overdue = session.scalar(
+        select(Chunk.id)
+        .where(Chunk.job_id == job.id, Chunk.status == ChunkStatus.RUNNING, Chunk.lease_expires_at < utcnow())
+        .limit(1)
+    )
+    if overdue is not None:
+        return True
+    last_recovery, last_start = session.execute(
+        select(
+            func.max(case((JobEvent.kind.in_(RECOVERY_EVENTS), JobEvent.id))),
+            func.max(case((JobEvent.kind.in_(START_EVENTS), JobEvent.id))),
+        ).where(JobEvent.job_id == job.id)
+    ).one()
+    return last_recovery is not None and (last_start is None or last_recovery > last_start)
 
 
 def _throughput(session: Session, job_id: str) -> float | None:

@@ -26,6 +26,7 @@ from shared.admission import admit
 from shared.db import session_scope
 from shared.dispatch import Dispatcher, send_all
 from shared.errors import IdempotencyConflictError, InvalidOptionsError, MediaLimitError
+from shared.events import EventKind, record
 from shared.media import MediaInfo, probe, probe_image
 from shared.models import Job, new_id
 from shared.options import JobOptions
@@ -176,9 +177,24 @@ def submit(
     # Postgres first, Redis second: if this send is lost, the reaper sends the plan again.
     try:
         send_all(dispatcher, messages)
-    except Exception:
+    except Exception as exc:
         logger.warning("job %s: stored, but its messages were not sent; the reaper will send them", job_id)
+        _note_unsent(database_url, [m.payload.job_id for m in messages], exc)
     return job_id
+
+
+def _note_unsent(database_url: str, job_ids: Sequence[str], exc: Exception) -> None:
+    """Tell the jobs whose messages could not be sent: their work waits for the broker (``broker_unreachable``)."""
+    reason = f"{type(exc).__name__}: {exc}"[:200]
+    try:
+        with session_scope(database_url) as session:
+            for unsent in dict.fromkeys(job_ids):
+                record(
+                    session, unsent, EventKind.BROKER_UNREACHABLE,
+                    message=f"accepted, but the broker does not answer ({reason}); sent when it is back",
+                )  # fmt: skip
+    except Exception:  # the job is stored either way; this is only its log
+        logger.warning("could not record that the broker did not answer", exc_info=True)
 
 
 def _earlier(session: Session, owner: Owner, idempotency: Idempotency) -> str | None:

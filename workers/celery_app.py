@@ -1,22 +1,25 @@
 """The Celery application of the workers: its tasks, thin wrappers that take ids and call the steps.
 
 Built by :func:`create_app` from settings (never at import time). CUDA and models are touched only inside the
-task bodies, i.e. in the pool's child process, never in the prefork parent.
+task bodies, i.e. in the pool's child process, never in the prefork parent. The reaper does not run here: it
+runs in ``swapfarm beat`` (``workers.reaping.run``); the ``reap`` task stays for whoever wants a sweep now.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import socket
 from functools import lru_cache
 from typing import Any
 
 from celery import Celery, signals
+from celery.worker.consumer import Consumer as CeleryConsumer
 from sqlalchemy.exc import OperationalError
 
 from shared.broker import make_celery
 from shared.dispatch import CeleryDispatcher
-from shared.errors import RetryableError
+from shared.errors import RetryableError, WorkerNameTakenError
 from shared.log_context import job_context
 from shared.settings import Settings
 from shared.storage import Storage
@@ -53,21 +56,59 @@ def worker_queues(family: str, *, control: bool = True, stitch: bool = True, ren
     return queues
 
 
+# How often a worker tries to reach a broker it lost (Celery backs off to 30 s between tries, which left a farm
+# idle for up to half a minute after its broker came back).
+RECONNECT_SECONDS = 1.0
+
+
+class Consumer(CeleryConsumer):  # type: ignore[misc]  # Celery is untyped
+    """Celery's consumer, trying to reach a lost broker every :data:`RECONNECT_SECONDS` instead of backing off."""
+
+    def ensure_connected(self, conn: Any) -> Any:
+        conn.ensure_connection = functools.partial(
+            conn.ensure_connection,
+            interval_start=RECONNECT_SECONDS,
+            interval_step=0,
+            interval_max=RECONNECT_SECONDS,
+        )
+        return super().ensure_connected(conn)
+
+
+def refuse_duplicate(app: Celery, nodename: str, timeout: float = 1.0) -> None:
+    """Refuse to start a second worker under a name a live worker answers to.
+
+    Two workers under one name share one remote-control mailbox and one row in Flower: each answers for the other
+    and the farm shows one worker where two run. A worker asks the farm for a ``ping`` from its own name before
+    it starts. A broker that does not answer skips the check (the worker waits for the broker anyway); a worker
+    of the solo pool busy with a task cannot answer pings, so it is not seen.
+
+    Raises:
+        WorkerNameTakenError: a worker named ``nodename`` answered.
+    """
+    try:
+        replies = app.control.ping(destination=[nodename], timeout=timeout)
+    except Exception as exc:  # the broker is away: nothing to compare with
+        logger.warning("could not check whether worker name %s is free (%s)", nodename, type(exc).__name__)
+        return
+    if any(nodename in reply for reply in replies or ()):
+        raise WorkerNameTakenError(
+            f"a worker named {nodename} is already running; give this one another --name (e.g. gpu1@%h)"
+        )
+
+
+def queue_lines(app: Celery, names: list[str] | None = None) -> list[str]:
+    """Each queue a worker consumes with its routing, as the banner lists them: ``render.cpu exchange=… key=…``."""
+    queues = app.amqp.queues
+    return [
+        f"{q.name} exchange={q.exchange.name}({q.exchange.type}) key={q.routing_key}"
+        for name in (names or list(queues))
+        if (q := queues.get(name)) is not None
+    ]
+
+
 def create_app(settings: Settings) -> Celery:
     app = make_celery(settings)
-    app.conf.beat_schedule = {
-        "reap": {
-            "task": REAP,
-            "schedule": settings.reap_interval_seconds,
-            "options": {"queue": CONTROL_QUEUE},
-        },
-        # The webhook outbox's relay; a tick no worker took in time is dropped, the next one covers it.
-        "deliver-webhooks": {
-            "task": DELIVER_WEBHOOKS,
-            "schedule": settings.webhook_poll_seconds,
-            "options": {"queue": CONTROL_QUEUE, "expires": max(settings.webhook_poll_seconds * 2, 5.0)},
-        },
-    }
+    app.conf.worker_consumer = Consumer
 
     metrics = WorkerMetrics()
     _observe(app, settings, metrics)
@@ -111,7 +152,7 @@ def create_app(settings: Settings) -> Celery:
     def reap(self: Any) -> None:
         # Periodic, so the next tick is its retry: retrying each failed tick too would pile reaps up in an outage.
         try:
-            reaping.reap(rt_of(self))
+            reaping.reap(rt_of(self), app)
         except OperationalError:
             logger.warning("reap skipped: the database is unavailable; the next tick tries again")
 
@@ -161,7 +202,20 @@ def _observe(app: Celery, settings: Settings, metrics: WorkerMetrics) -> None:
     def count_retry(**_: Any) -> None:
         metrics.retries.labels(step="task").inc()
 
+    def announce(sender: Any = None, instance: Any = None, **_: Any) -> None:
+        # The banner's facts as one log record: JSON logs run without the banner (``swapfarm worker``).
+        names = sorted(getattr(app.amqp.queues, "consume_from", None) or app.amqp.queues)
+        logger.info(
+            "worker %s: pool %s, concurrency %s, work dir %s; queues: %s",
+            sender,
+            getattr(getattr(instance, "pool_cls", None), "__module__", "?").rsplit(".", 1)[-1],
+            getattr(instance, "concurrency", "?"),
+            settings.work_dir.expanduser().resolve(),
+            "; ".join(queue_lines(app, names)),
+        )
+
     signals.setup_logging.connect(keep_logging, weak=False, dispatch_uid=f"{uid}-logging")
     signals.worker_process_init.connect(serve_in_child, weak=False, dispatch_uid=f"{uid}-metrics-child")
     signals.worker_ready.connect(serve_without_children, weak=False, dispatch_uid=f"{uid}-metrics-ready")
     signals.task_retry.connect(count_retry, weak=False, dispatch_uid=f"{uid}-retries")
+    signals.celeryd_after_setup.connect(announce, weak=False, dispatch_uid=f"{uid}-announce")

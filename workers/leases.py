@@ -5,6 +5,13 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from shared import jobs
+from shared.db import session_scope
+
+if TYPE_CHECKING:
+    from workers.runtime import Runtime
 
 logger = logging.getLogger(__name__)
 
@@ -38,3 +45,13 @@ class Heartbeat:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
+
+
+def job_heartbeat(rt: Runtime, job_id: str, token: str) -> Heartbeat:
+    """A heartbeat keeping the lease of a step that holds the whole job (plan, stitch) while it runs."""
+
+    def beat() -> bool:
+        with session_scope(rt.db) as session:
+            return jobs.extend_job_lease(session, job_id, token, rt.settings.lease_seconds)
+
+    return Heartbeat(beat, rt.settings.heartbeat_seconds, job_id)

@@ -11,6 +11,7 @@ from shared.media import frame_index, probe
 from shared.options import JobOptions
 from shared.tasks import RENDER_CHUNK, ChunkPayload, render_queue
 from workers.chunking import default_chunk_frames, plan_chunks
+from workers.leases import job_heartbeat
 from workers.runtime import Runtime
 
 logger = logging.getLogger(__name__)
@@ -25,7 +26,8 @@ def plan(job_id: str, rt: Runtime) -> None:
             return
         target_url, options, priority = job.target_url, JobOptions.model_validate(job.options), job.priority
     try:
-        with rt.storage.local_copy(target_url, rt.scratch / job_id) as target:
+        # Probing a long video (every frame's time) can outlast the lease: the heartbeat keeps the plan ours.
+        with job_heartbeat(rt, job_id, token), rt.storage.local_copy(target_url, rt.scratch / job_id) as target:
             media = probe(target)
             times, keyframes = frame_index(target, declared=media.frame_count)
         if not times:

@@ -20,7 +20,7 @@ from shared.media import MediaInfo, frame_times
 from shared.options import JobOptions
 from shared.states import JobStatus
 from workers import ffmpeg, mp4_timing, stills
-from workers.leases import Heartbeat
+from workers.leases import job_heartbeat
 from workers.runtime import Runtime
 
 logger = logging.getLogger(__name__)
@@ -46,7 +46,7 @@ def stitch(job_id: str, rt: Runtime) -> None:
         with (
             tempfile.TemporaryDirectory(dir=scratch) as tmp_name,
             ExitStack() as stack,
-            Heartbeat(lambda: _beat(rt, job_id, token), rt.settings.heartbeat_seconds, job_id) as beat,
+            job_heartbeat(rt, job_id, token) as beat,
         ):
             tmp = Path(tmp_name)
             parts = [stack.enter_context(rt.storage.local_copy(url, tmp)) for url in chunk_urls]
@@ -136,8 +136,3 @@ def _stills(
         logger.warning("job %s: no before/after stills: %s", job_id, exc)
         with session_scope(rt.db) as session:
             record(session, job_id, EventKind.STILLS_FAILED, message=str(exc)[:500])
-
-
-def _beat(rt: Runtime, job_id: str, token: str) -> bool:
-    with session_scope(rt.db) as session:
-        return jobs.extend_job_lease(session, job_id, token, rt.settings.lease_seconds)

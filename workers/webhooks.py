@@ -1,4 +1,5 @@
-"""The ``deliver_webhooks`` step (celery beat, every ``webhook_poll_seconds``): POST the outbox's due events.
+"""The ``deliver_webhooks`` step: POST the outbox's due events (the reaper loop, ``swapfarm beat``, sends the task
+every ``webhook_poll_seconds``).
 
 Each due delivery is claimed with a lease (``shared.webhooks.claim_due``), its URL checked again against SSRF
 and the connection made to the address just checked, then the outcome recorded with its job event. Deliveries of

@@ -205,3 +205,19 @@ def test_gpu_workers_sit_behind_profiles_with_their_devices(services: dict[str, 
     assert services["minio"]["profiles"] == ["s3"] and services["minio-init"]["profiles"] == ["s3"]
     defaults = [name for name, s in services.items() if "profiles" not in s]
     assert set(defaults) == {"postgres", "redis", "migrate", "api", "worker-cpu", "stitcher", "beat", "flower"}
+
+
+def test_redis_keeps_its_queues_across_a_restart_unless_told_not_to(services: dict[str, dict[str, Any]]) -> None:
+    redis = services["redis"]
+    argv = redis["command"]
+    assert argv[argv.index("--appendonly") + 1] == "yes", "append-only persistence by default"
+    assert argv[argv.index("--appendfsync") + 1] == "everysec"
+    assert any(volume.endswith(":/data") for volume in redis["volumes"]), "the append-only file lives on a volume"
+    plain = compose({**REQUIRED, "REDIS_APPENDONLY": "no"})["services"]["redis"]["command"]
+    assert plain[plain.index("--appendonly") + 1] == "no"
+    assert env_example()["REDIS_APPENDONLY"] == "yes"
+
+
+def test_the_reaper_reaches_the_storage_whose_expired_files_it_deletes(services: dict[str, dict[str, Any]]) -> None:
+    storage = environment(services["beat"])["SWAPFARM_STORAGE_URL"].removeprefix("file://")
+    assert any(volume.endswith(f":{storage}") for volume in services["beat"]["volumes"])

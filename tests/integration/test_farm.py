@@ -47,7 +47,8 @@ def test_chunk_boundaries_are_frame_exact_across_two_workers(
     body = wait_finished(api, job_id, farm)
     assert body["status"] == "succeeded", body
     assert body["progress"] == {
-        "frames_done": 900, "frames_total": 900, "percent": 100.0, "frames_per_second": None, "eta_seconds": None
+        "frames_done": 900, "frames_total": 900, "percent": 100.0, "frames_per_second": None, "eta_seconds": None,
+        "recovering": False,
     }  # fmt: skip
     chunks = _chunks(settings, job_id)
     assert len(chunks) >= 5

@@ -4,14 +4,20 @@ worker's own rendering series; the worker's JSON log lines carry the job and chu
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from pathlib import Path
 
 import httpx
 import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy import update
 
+from shared import jobs
+from shared.db import session_scope
 from shared.dispatch import Dispatcher
+from shared.models import Chunk, new_id, utcnow
+from shared.options import JobOptions
 from shared.settings import Settings
 from shared.states import JobStatus
 from shared.tasks import CONTROL_QUEUE, MAX_PRIORITY, RENDER_CHUNK, ChunkPayload, render_queue
@@ -117,3 +123,36 @@ def test_a_worker_serves_its_rendering_series_and_logs_json_with_job_and_chunk_i
     assert len({r["chunk_id"] for r in rendering}) == chunks, "every chunk's records carry its chunk id"
     stitched = [r for r in records if r["message"].startswith(f"job {job_id}: succeeded")]
     assert stitched and stitched[0]["job_id"] == job_id and "chunk_id" not in stitched[0]
+
+
+def test_api_metrics_count_work_the_broker_lost_and_leases_overdue(api: TestClient, settings: Settings) -> None:
+    """The two series a recovery alert watches: queued work the broker holds no message for, and running chunks whose
+    worker stopped heartbeating. (No reaper runs here: nothing repairs either.)"""
+    before = _api_samples(api)
+    job_id = new_id()
+    with session_scope(settings.database_url) as s:
+        jobs.create_job(
+            s, job_id=job_id, options=JobOptions(processors=["passthrough"]), target_url="file:///t.mp4",
+            source_urls=[], target_name="t.mp4",
+        )  # fmt: skip
+    with session_scope(settings.database_url) as s:
+        token = jobs.begin_plan(s, job_id, 60)
+        assert token is not None
+    with session_scope(settings.database_url) as s:
+        plans = [jobs.ChunkPlan(i, i * 10, i * 10 + 10, i / 3) for i in range(3)]
+        first, second, _ = jobs.record_plan(s, job_id, token, plans, {}, "cpu")
+    with session_scope(settings.database_url) as s:
+        s.execute(update(Chunk).where(Chunk.job_id == job_id).values(enqueued_at=utcnow() - timedelta(minutes=1)))
+        assert jobs.claim_chunk(s, first, worker="gone@test", family="cpu", lease_seconds=60) is not None
+        s.execute(update(Chunk).where(Chunk.id == first).values(lease_expires_at=utcnow() - timedelta(seconds=1)))
+    dispatcher: Dispatcher = api.app.state.dispatcher
+    dispatcher.send(RENDER_CHUNK, ChunkPayload(job_id=job_id, chunk_id=second), queue=render_queue("cpu"))
+
+    after = _api_samples(api)
+
+    def delta(name: str, **labels: str) -> float:
+        return _value(after, name, **labels) - _value(before, name, **labels)
+
+    assert delta("swapfarm_missing_from_broker", step="render") == 1, "the third chunk: no message, nobody on it"
+    assert delta("swapfarm_missing_from_broker", step="plan") == 0
+    assert delta("swapfarm_chunks_lease_overdue") == 1, "the first chunk: its worker stopped heartbeating"

@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import update
 
-from shared import jobs
+from shared import events, jobs
 from shared.db import session_scope
 from shared.errors import LeaseLostError, ProcessorError
 from shared.models import Chunk, new_id, utcnow
@@ -145,3 +145,51 @@ def test_a_lost_plan_message_is_sent_again(database_url: str) -> None:
         assert job_id in jobs.reap(s, max_attempts=3, requeue_after=300).plan
     with session_scope(database_url) as s:  # and not again straight away
         assert job_id not in jobs.reap(s, max_attempts=3, requeue_after=300).plan
+
+
+def _progress(url: str, job_id: str) -> jobs.Progress:
+    with session_scope(url) as s:
+        job = jobs.get_job(s, job_id)
+        assert job is not None
+        return jobs.progress(s, job)
+
+
+def test_a_job_is_recovering_from_a_lost_worker_until_a_worker_takes_its_work_again(database_url: str) -> None:
+    job_id, (first, second) = _planned_job(database_url, 2)
+    claim = _claim(database_url, first)
+    assert claim is not None
+    with session_scope(database_url) as s:
+        jobs.heartbeat(s, claim, 5, 60)
+        jobs.finish_chunk(s, claim, "file:///0.mp4", 1.0)
+    lost = _claim(database_url, second)
+    assert lost is not None
+    assert not _progress(database_url, job_id).recovering
+    assert _progress(database_url, job_id).eta_seconds is not None
+
+    _expire(database_url, second)  # its worker stopped heartbeating: the progress it reported is stale
+    overdue = _progress(database_url, job_id)
+    assert overdue.recovering and overdue.eta_seconds is None
+    with session_scope(database_url) as s:
+        assert (job_id, second) in jobs.reap(s, max_attempts=3, requeue_after=300).render
+    assert _progress(database_url, job_id).recovering, "re-queued, not yet taken again"
+    assert _claim(database_url, second, "w2") is not None
+    assert not _progress(database_url, job_id).recovering
+
+
+def test_a_chunk_done_at_last_shows_no_error_and_its_events_keep_the_failed_attempt(database_url: str) -> None:
+    job_id, (chunk_id,) = _planned_job(database_url, 1)
+    claim = _claim(database_url, chunk_id)
+    assert claim is not None
+    with session_scope(database_url) as s:
+        assert jobs.fail_chunk(s, claim, ProcessorError("boom"), max_attempts=3).retry
+    with session_scope(database_url) as s:
+        assert s.get_one(Chunk, chunk_id).error_code == "processor_failed"
+    retry = _claim(database_url, chunk_id)
+    assert retry is not None
+    with session_scope(database_url) as s:
+        jobs.finish_chunk(s, retry, "file:///0.mp4", 1.0)
+    with session_scope(database_url) as s:
+        chunk = s.get_one(Chunk, chunk_id)
+        assert (chunk.status, chunk.error_code, chunk.error_message) == ("done", None, None)
+        failed = [e for e in events.after(s, job_id) if e.kind == "chunk_failed"]
+        assert [(e.attempt, e.error_code) for e in failed] == [(1, "processor_failed")]

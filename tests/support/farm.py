@@ -54,8 +54,11 @@ class Farm:
         self.procs[key] = proc
         return proc
 
-    def worker(self, name: str, *, queues: str | None = None, env: dict[str, str] | None = None) -> str:
-        hostname = f"{name}@test"
+    def worker(
+        self, name: str, *, queues: str | None = None, env: dict[str, str] | None = None, hostname: str | None = None
+    ) -> str:
+        """Start a worker logging to ``<name>.log``, named ``<name>@test`` unless ``hostname`` says otherwise."""
+        hostname = hostname or f"{name}@test"
         args = ["worker", "--name", hostname, "--concurrency", "1"]
         if queues:
             args += ["--queues", queues]

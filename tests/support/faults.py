@@ -34,3 +34,21 @@ def failing_encoder(folder: Path, chunk_index: int, switch: Path) -> dict[str, s
     script.chmod(0o755)
     switch.touch()
     return {"PATH": f"{folder}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+
+_SLOW = """#!/bin/sh
+sleep {seconds}
+exec '{real}' "$@"
+"""
+
+
+def slow_tool(folder: Path, tool: str, seconds: float) -> dict[str, str]:
+    """The environment for a worker whose ``tool`` (``ffprobe``, ``ffmpeg``) takes ``seconds`` longer every call, as
+    on a long video or a busy disk."""
+    real = shutil.which(tool)
+    assert real is not None, f"{tool} is not installed"
+    folder.mkdir(parents=True, exist_ok=True)
+    script = folder / tool
+    script.write_text(_SLOW.format(seconds=seconds, real=real))
+    script.chmod(0o755)
+    return {"PATH": f"{folder}{os.pathsep}{os.environ.get('PATH', '')}"}

@@ -2,8 +2,9 @@
 
 The machine's shared servers (Postgres on 5432, Redis on 6379) serve every test run at once and are never stopped;
 a test that takes a server away starts its own with these classes. Both keep nothing across a restart that the
-test does not mean them to keep: Redis runs without persistence (a restart comes back empty, as a broker without a
-disk does), Postgres keeps its data directory (a restart is a database that went away and came back).
+test does not mean them to keep: Redis runs without persistence unless told (a restart comes back empty, as a
+broker without a disk does), Postgres keeps its data directory (a restart is a database that went away and came
+back).
 """
 
 from __future__ import annotations
@@ -24,11 +25,14 @@ from tests.support.services import free_port
 
 
 class RedisServer:
-    """``redis-server`` on a spare port, without persistence: every start is an empty broker."""
+    """``redis-server`` on a spare port. Without persistence (the default) every start is an empty broker; with
+    ``appendonly`` it writes every command to an append-only file in the log's folder and a restart comes back with
+    what it held."""
 
-    def __init__(self, log: Path) -> None:
+    def __init__(self, log: Path, *, appendonly: bool = False) -> None:
         self.port = free_port()
         self.log = log
+        self.appendonly = appendonly
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -36,7 +40,9 @@ class RedisServer:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> None:
-        args = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+        persistence = ["--appendonly", "yes", "--appendfsync", "always"] if self.appendonly else ["--appendonly", "no"]
+        args = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", *persistence]
+        args += ["--dir", str(self.log.parent), "--appendfilename", f"redis-{self.port}.aof"] if self.appendonly else []
         with self.log.open("ab") as out:
             self._proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, cwd=self.log.parent)
         client = redis.Redis.from_url(self.url)

@@ -1,0 +1,124 @@
+"""The reaper's sweep against a broker that goes away and comes back empty (a private Redis on a spare port): lost
+work is re-sent as soon as the broker answers, each job hears once that the broker was unreachable, and the
+database side of the sweep goes on during the outage."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from celery import Celery
+from sqlalchemy import select, update
+
+from shared import jobs
+from shared.broker import broker_contents, make_celery
+from shared.db import session_scope
+from shared.dispatch import CeleryDispatcher
+from shared.models import Chunk, Job, JobEvent, new_id, utcnow
+from shared.options import JobOptions
+from shared.settings import Settings
+from shared.storage import Storage
+from shared.tasks import RENDER_CHUNK
+from tests.support.servers import RedisServer
+from workers.reaping import Reaper
+from workers.runtime import Runtime
+
+LONG_AGO = timedelta(seconds=60)
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
+    server = RedisServer(tmp_path / "redis.log")
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def broker_url(redis_server: RedisServer) -> str:
+    return redis_server.url
+
+
+@pytest.fixture
+def celery(settings: Settings) -> Iterator[Celery]:
+    app = make_celery(settings)
+    yield app
+    app.close()
+
+
+@pytest.fixture
+def sweeper(settings: Settings, celery: Celery) -> Reaper:
+    rt = Runtime(
+        settings=settings,
+        storage=Storage(settings.storage_url),
+        dispatcher=CeleryDispatcher(celery),
+        hostname="reaper@test",
+        family="cpu",
+    )
+    return Reaper(rt, celery)
+
+
+def _planned(url: str, chunks: int) -> tuple[str, list[str]]:
+    job_id = new_id()
+    with session_scope(url) as s:
+        jobs.create_job(
+            s, job_id=job_id, options=JobOptions(processors=["passthrough"]), target_url="file:///t.mp4",
+            source_urls=[], target_name="t.mp4",
+        )  # fmt: skip
+    with session_scope(url) as s:
+        token = jobs.begin_plan(s, job_id, 60)
+        assert token is not None
+    with session_scope(url) as s:
+        plans = [jobs.ChunkPlan(i, i * 10, i * 10 + 10, i / 3) for i in range(chunks)]
+        ids = jobs.record_plan(s, job_id, token, plans, {}, "cpu")
+        s.execute(update(Chunk).where(Chunk.job_id == job_id).values(enqueued_at=utcnow() - LONG_AGO))
+    return job_id, ids
+
+
+def _kinds(url: str, job_id: str) -> list[str]:
+    with session_scope(url) as s:
+        return list(s.scalars(select(JobEvent.kind).where(JobEvent.job_id == job_id).order_by(JobEvent.id)))
+
+
+def _held_chunks(celery: Celery, ids: list[str]) -> set[str]:
+    """Which of ``ids`` the broker holds render messages for (the database holds other tests' jobs too)."""
+    contents = broker_contents(celery)
+    assert contents is not None
+    return {ident for task, ident in contents.waiting if task == RENDER_CHUNK and ident in ids}
+
+
+def test_a_broker_away_then_back_empty_gets_every_queued_chunk_again_and_each_job_hears_it_once(
+    settings: Settings, celery: Celery, sweeper: Reaper, redis_server: RedisServer
+) -> None:
+    url = settings.database_url
+    job_id, ids = _planned(url, 3)
+    dying, *queued = ids
+    with session_scope(url) as s:
+        claim = jobs.claim_chunk(s, dying, worker="w1@test", family="cpu", lease_seconds=60)
+        assert claim is not None
+    sweeper.sweep()
+    assert _held_chunks(celery, ids) == set(queued), "queued in Postgres, never sent: sent by the first sweep"
+    sweeper.sweep()
+    assert _kinds(url, job_id).count("resent") == 1, "sent once, then held by the broker: nothing more to send"
+
+    redis_server.stop()
+    with session_scope(url) as s:  # the worker of the running chunk dies during the outage
+        s.execute(update(Chunk).where(Chunk.id == dying).values(lease_expires_at=utcnow() - timedelta(seconds=1)))
+    sweeper.sweep()
+    sweeper.sweep()
+    kinds = _kinds(url, job_id)
+    assert kinds.count("broker_unreachable") == 1, kinds
+    assert kinds.count("chunk_requeued") == 1, "leases are reclaimed while the broker is away"
+    with session_scope(url) as s:
+        assert jobs.progress(s, s.get_one(Job, job_id)).recovering
+
+    redis_server.start()  # empty
+    with session_scope(url) as s:  # past the grace a sender gets before its message counts as lost
+        s.execute(update(Chunk).where(Chunk.job_id == job_id).values(enqueued_at=utcnow() - LONG_AGO))
+    result = sweeper.sweep()
+    assert {chunk_id for j, chunk_id in result.render if j == job_id} == set(ids)
+    assert _held_chunks(celery, ids) == set(ids)
+    assert _kinds(url, job_id)[-1] == "resent"
+    assert not sweeper.broker_down
