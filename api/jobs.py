@@ -23,6 +23,7 @@ from sqlalchemy import and_, or_, select
 
 from api.auth import Caller
 from api.schemas import JOB_ID_EXAMPLE, SUBMISSION_BODY, JobList, JobView, error_responses
+from api.slots import KeySlots
 from api.uploads import JobForm, read_job_form
 from api.views import job_view, owned_job, page_progress, tenant_names
 from shared import control, jobs
@@ -31,6 +32,7 @@ from shared.dispatch import send_all
 from shared.errors import ConflictError, ForbiddenError, GoneError, InvalidOptionsError
 from shared.models import Job, Tenant
 from shared.options import JobOptions
+from shared.quotas import Quotas
 from shared.settings import Settings
 from shared.states import JobStatus
 from shared.submission import Idempotency, MediaLimits, Owner, submit
@@ -41,13 +43,45 @@ router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 JobId = Annotated[str, PathParam(description="The job's id", examples=[JOB_ID_EXAMPLE])]
 
 
+# Options are a few levels deep; deeper JSON is refused before it is parsed (the parser recurses per level).
+MAX_OPTIONS_DEPTH = 8
+
+
 def _parse_options(raw: str) -> JobOptions:
+    if _depth(raw) > MAX_OPTIONS_DEPTH:
+        raise InvalidOptionsError(f"options: nested more than {MAX_OPTIONS_DEPTH} levels deep")
     try:
         data = json.loads(raw or "{}")
         return JobOptions.model_validate(data)
     except (json.JSONDecodeError, ValidationError) as exc:
         message = str(exc).splitlines()[0] if isinstance(exc, json.JSONDecodeError) else _first_error(exc)
         raise InvalidOptionsError(f"options: {message}") from exc
+
+
+def _depth(raw: str) -> int:
+    """How deeply brackets nest in a JSON text (brackets inside strings do not count).
+
+    >>> _depth('{"a": [1, {"b": "]]]"}]}')
+    3
+    """
+    depth = deepest = 0
+    in_string = escaped = False
+    for char in raw:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth -= 1
+    return deepest
 
 
 def _first_error(exc: ValidationError) -> str:
@@ -76,7 +110,7 @@ def read_job(settings: Settings, caller: Principal, job_id: str) -> JobView:
     "",
     status_code=202,
     response_model=JobView,
-    responses=error_responses(409, 413),
+    responses=error_responses(408, 409, 413, 429),
     openapi_extra={"requestBody": SUBMISSION_BODY},
 )
 async def create_job(
@@ -95,6 +129,14 @@ async def create_job(
     """Submit a job: the upload is checked against the limits as it streams in, then stored, inserted and queued
     (or ``waiting`` while the tenant is at its limit of jobs running at once). Returns at once (202)."""
     settings: Settings = request.app.state.settings
+    slots: KeySlots = request.app.state.upload_slots
+    with slots.take(caller.key_id):
+        return await _create_job(request, caller, settings, idempotency_key)
+
+
+async def _create_job(
+    request: Request, caller: Principal, settings: Settings, idempotency_key: str | None
+) -> JSONResponse:
     folder = Path(tempfile.mkdtemp(prefix="swapfarm-upload-"))
     try:
         form = await read_job_form(request, folder, settings)
@@ -107,13 +149,18 @@ async def create_job(
                 target=form.target.upload,
                 sources=[s.upload for s in form.sources],
                 options=options,
-                owner=Owner(tenant_id=caller.tenant_id, default_limit=settings.max_running_jobs_per_tenant),
+                owner=Owner(
+                    tenant_id=caller.tenant_id,
+                    default_limit=settings.max_running_jobs_per_tenant,
+                    quotas=Quotas(settings.max_waiting_jobs_per_tenant, settings.max_stored_bytes_per_tenant),
+                ),
                 priority=form.priority,
                 idempotency=Idempotency(idempotency_key, _request_hash(form, options)) if idempotency_key else None,
                 limits=MediaLimits(
                     max_duration_seconds=settings.max_duration_seconds,
                     max_frame_pixels=settings.max_frame_pixels,
                     max_frames=settings.max_frames,
+                    max_source_pixels=settings.max_source_pixels,
                 ),
             )
         )

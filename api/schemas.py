@@ -30,6 +30,7 @@ _ERROR_CODES: dict[int, tuple[str, list[str]]] = {
     401: ("No API key, or an unknown or revoked one", ["unauthorized"]),
     403: ("The key lacks the admin scope", ["forbidden"]),
     404: ("No such job, or the job belongs to another tenant", ["not_found"]),
+    408: ("The upload stopped sending for longer than the read timeout", ["upload_timeout"]),
     409: (
         "The request conflicts with the job's state or an earlier request",
         ["job_not_cancellable", "job_not_retryable", "output_not_ready", "idempotency_conflict"],
@@ -52,7 +53,15 @@ _ERROR_CODES: dict[int, tuple[str, list[str]]] = {
             "too_many_frames",
             "source_invalid",
             "too_many_sources",
+            "media_format_refused",
+            "media_metadata_invalid",
+            "media_duration_invalid",
+            "source_resolution_too_large",
         ],
+    ),
+    429: (
+        "Over a quota of the tenant or the API key; try again later",
+        ["too_many_waiting_jobs", "storage_quota_exceeded", "too_many_streams", "too_many_uploads"],
     ),
     503: ("The database or the broker is unavailable; try again", ["service_unavailable"]),
 }

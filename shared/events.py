@@ -13,6 +13,7 @@ from enum import StrEnum
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from shared.errors import public_message
 from shared.models import JobEvent, utcnow
 
 
@@ -33,6 +34,9 @@ class EventKind(StrEnum):
     CANCELLED = "cancelled"
     RETRIED = "retried"  # the user asked to run a failed job again
     EXPIRED = "expired"  # the job's files were deleted after the retention time
+    # Something made the job worse without failing it (``error_code`` says what): a frame timing that could not be
+    # kept, a GPU that fell back to the CPU, a source image with several faces … Recorded once per job and code.
+    WARNING = "warning"
 
 
 def record(
@@ -58,9 +62,22 @@ def record(
             attempt=attempt,
             worker=worker,
             error_code=error_code,
-            message=message[:2000],
+            message=public_message(message)[:2000],
         )
     )
+
+
+def warn(session: Session, job_id: str, code: str, message: str) -> bool:
+    """Record a ``warning`` event with ``code`` unless the job already has one; ``True`` when recorded."""
+    seen = session.scalar(
+        select(JobEvent.id)
+        .where(JobEvent.job_id == job_id, JobEvent.kind == EventKind.WARNING, JobEvent.error_code == code)
+        .limit(1)
+    )
+    if seen is not None:
+        return False
+    record(session, job_id, EventKind.WARNING, error_code=code, message=message)
+    return True
 
 
 def after(session: Session, job_id: str, after_id: int = 0, limit: int = 100) -> Sequence[JobEvent]:
