@@ -30,12 +30,13 @@ from shared import control, jobs
 from shared.db import session_scope
 from shared.dispatch import send_all
 from shared.errors import ConflictError, ForbiddenError, GoneError, InvalidOptionsError
-from shared.models import Job, Tenant
+from shared.models import Job, Tenant, utcnow
 from shared.options import JobOptions
 from shared.quotas import Quotas
 from shared.settings import Settings
 from shared.states import JobStatus
 from shared.submission import Idempotency, MediaLimits, Owner, submit
+from shared.tasks import MAX_PRIORITY
 from shared.tenants import Principal
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
@@ -110,7 +111,7 @@ def read_job(settings: Settings, caller: Principal, job_id: str) -> JobView:
     "",
     status_code=202,
     response_model=JobView,
-    responses=error_responses(408, 409, 413, 429),
+    responses=error_responses(403, 408, 409, 413, 429),
     openapi_extra={"requestBody": SUBMISSION_BODY},
 )
 async def create_job(
@@ -140,6 +141,8 @@ async def _create_job(
     folder = Path(tempfile.mkdtemp(prefix="swapfarm-upload-"))
     try:
         form = await read_job_form(request, folder, settings)
+        if form.priority > MAX_PRIORITY and not caller.admin:
+            raise ForbiddenError(f"priority {form.priority}, the farm-wide urgent band, needs an admin key")
         options = _parse_options(form.options)
         job_id = await run_in_threadpool(
             lambda: submit(
@@ -278,9 +281,14 @@ def retry_job(request: Request, caller: Caller, job_id: JobId) -> JobView:
     settings: Settings = request.app.state.settings
     with session_scope(settings.database_url) as session:
         job = owned_job(session, caller, job_id)
-        if job.expired_at is not None:
+        past = job.finished_at is not None and utcnow() - job.finished_at > timedelta(
+            seconds=settings.output_ttl_seconds
+        )
+        if job.expired_at is not None or past:
             raise GoneError(f"job {job_id}: its files were deleted after the retention time", code="job_expired")
-        outcome = control.retry_job(session, job.id, settings.max_running_jobs_per_tenant)
+        outcome = control.retry_job(
+            session, job.id, settings.max_running_jobs_per_tenant, ttl_seconds=settings.output_ttl_seconds
+        )
     if not outcome.changed:
         raise ConflictError(f"job {job_id} has not failed; only a failed job can be retried", code="job_not_retryable")
     send_all(request.app.state.dispatcher, outcome.messages)

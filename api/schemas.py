@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from shared.events import EventKind
 from shared.states import ChunkStatus, JobStatus
-from shared.tasks import DEFAULT_PRIORITY, MAX_PRIORITY, MIN_PRIORITY
+from shared.tasks import ADMIN_PRIORITY, DEFAULT_PRIORITY, MIN_PRIORITY
 
 JOB_ID_EXAMPLE = "3f2a9c0e5b7d4e1f8a6b2c4d9e0f1a2b"
 
@@ -132,7 +132,9 @@ class JobView(BaseModel):
 
     id: str
     status: JobStatus = Field(description="waiting: for the tenant's limit of jobs running at once")
-    priority: int = Field(ge=MIN_PRIORITY, le=MAX_PRIORITY, description="0 lowest … 9 most urgent")
+    priority: int = Field(
+        ge=MIN_PRIORITY, le=ADMIN_PRIORITY, description="0 lowest … 9 most urgent; 10: the admin band (farm-wide)"
+    )
     progress: ProgressView
     chunks: ChunkCounts
     error: ErrorDetail | None
@@ -187,6 +189,9 @@ class ChunkView(BaseModel):
 
 class ChunkList(BaseModel):
     chunks: list[ChunkView]
+    next_after: int | None = Field(
+        None, description="Pass as `after` for the next page (the last index of this one); null on the last page"
+    )
 
 
 class EventView(BaseModel):
@@ -258,9 +263,12 @@ SUBMISSION_BODY: dict[str, Any] = {
                     "priority": {
                         "type": "integer",
                         "minimum": MIN_PRIORITY,
-                        "maximum": MAX_PRIORITY,
+                        "maximum": ADMIN_PRIORITY,
                         "default": DEFAULT_PRIORITY,
-                        "description": "0 lowest … 9 most urgent; honoured by every queue of the farm",
+                        "description": (
+                            "0 lowest … 9 most urgent, among your own jobs: tenants share the workers fairly "
+                            "whatever their priorities. 10, the farm-wide urgent band, needs an admin key (else 403)"
+                        ),
                     },
                 },
             },

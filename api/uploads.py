@@ -22,7 +22,7 @@ from starlette.requests import Request
 from shared.errors import RequestInvalidError, RequestTimeoutError, TooLargeError
 from shared.settings import Settings
 from shared.submission import Upload
-from shared.tasks import DEFAULT_PRIORITY, MAX_PRIORITY, MIN_PRIORITY
+from shared.tasks import ADMIN_PRIORITY, DEFAULT_PRIORITY, MAX_PRIORITY, MIN_PRIORITY
 
 if TYPE_CHECKING:
     from python_multipart.multipart import MultipartCallbacks
@@ -186,8 +186,10 @@ def _priority(raw: str | None) -> int:
         value = int(raw.strip())
     except ValueError:
         value = -1
-    if not MIN_PRIORITY <= value <= MAX_PRIORITY:
-        raise RequestInvalidError(f"priority: an integer from {MIN_PRIORITY} to {MAX_PRIORITY}")
+    if not MIN_PRIORITY <= value <= ADMIN_PRIORITY:
+        raise RequestInvalidError(
+            f"priority: an integer from {MIN_PRIORITY} to {MAX_PRIORITY} ({ADMIN_PRIORITY} with an admin key)"
+        )
     return value
 
 

@@ -105,6 +105,18 @@ def _watch(client: Client, job_id: str) -> JobView:
     return job
 
 
+def _warnings(client: Client, job_id: str) -> list[EventView]:
+    """The job's ``warning`` events: what made it worse without failing it."""
+    found: list[EventView] = []
+    after = 0
+    while True:
+        page = client.events(job_id, after)
+        found += [e for e in page.events if e.kind == "warning"]
+        if page.next_after is None or not page.events:
+            return found
+        after = page.next_after
+
+
 def _finish(job: JobView) -> None:
     out.print(_line(job), highlight=False)
     if job.status != JobStatus.SUCCEEDED:
@@ -125,7 +137,9 @@ def submit(
         list[str] | None, typer.Option(callback=_processor, help="Processor, in order; repeatable")
     ] = None,
     options: Annotated[str, typer.Option(help="More JobOptions as JSON")] = "{}",
-    priority: Annotated[int | None, typer.Option(min=0, max=9, help="0 lowest … 9 most urgent")] = None,
+    priority: Annotated[
+        int | None, typer.Option(min=0, max=10, help="0 lowest … 9 most urgent; 10: farm-wide (admin keys)")
+    ] = None,
     idempotency_key: Annotated[str | None, typer.Option(help="Submitting again with it answers the same job")] = None,
     watch: Annotated[bool, typer.Option(help="Follow the job until it ends")] = False,
     url: Url = None,
@@ -159,6 +173,8 @@ def status(
             return
         job = client.job(job_id)
         out.print(_line(job), highlight=False)
+        for warning in _warnings(client, job_id):
+            out.print(f"[yellow]warning[/] {warning.error_code}: {warning.message}", highlight=False)
         if chunks:
             table = Table("chunk", "frames", "status", "attempts", "worker", "error")
             for c in client.chunks(job_id).chunks:

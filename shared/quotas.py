@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from shared.errors import TooManyRequestsError
 from shared.models import Job
 from shared.states import JobStatus
 
-__all__ = ["Quotas", "check", "stored_bytes", "waiting_jobs"]
+__all__ = ["Quotas", "add_stored", "check", "stored_bytes", "waiting_jobs"]
 
 
 @dataclass(frozen=True)
@@ -59,3 +59,8 @@ def check(session: Session, tenant_id: str, quotas: Quotas, *, new_bytes: int) -
             f"{quotas.max_stored_bytes} bytes (cancel jobs or wait for their files to expire)",
             code="storage_quota_exceeded",
         )
+
+
+def add_stored(session: Session, job_id: str, size: int) -> None:
+    """Count ``size`` more bytes against the job's tenant (its output, once published)."""
+    session.execute(update(Job).where(Job.id == job_id).values(stored_bytes=Job.stored_bytes + size))
