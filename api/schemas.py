@@ -56,6 +56,7 @@ _ERROR_CODES: dict[int, tuple[str, list[str]]] = {
             "media_format_refused",
             "media_metadata_invalid",
             "media_duration_invalid",
+            "media_rate_invalid",
             "source_resolution_too_large",
         ],
     ),

@@ -25,6 +25,8 @@ the chunks of the jobs admitted. Plans and stitches are short and stay first com
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from sqlalchemy import Integer, case, cast, func, select, update
 from sqlalchemy.orm import Session
 
@@ -35,12 +37,12 @@ from shared.tasks import ADMIN_PRIORITY
 
 __all__ = ["CANDIDATES", "claim_next", "fair_order", "mark_served"]
 
-CANDIDATES = 8  # chunks tried in fair order before falling back to the one the message names
+CANDIDATES = 8  # chunks tried in fair order (one locked at a time) before falling back to the message's own
 
 
-def fair_order(session: Session, family: str, limit: int = CANDIDATES) -> list[str]:
-    """The ids of up to ``limit`` queued chunks of rendering jobs of ``family``, fairest first, row-locked
-    (skipping rows another transaction has locked)."""
+def fair_order(session: Session, family: str, limit: int = 1, skip: Sequence[str] = ()) -> list[str]:
+    """The ids of up to ``limit`` queued chunks of rendering jobs of ``family`` (but ``skip``), fairest first,
+    row-locked — skipping rows another transaction has locked, so keep ``limit`` to what will be claimed."""
     running = (
         select(Job.tenant_id.label("tenant_id"), func.count().label("running"))
         .select_from(Chunk)
@@ -56,6 +58,7 @@ def fair_order(session: Session, family: str, limit: int = CANDIDATES) -> list[s
         .outerjoin(Tenant, Tenant.id == Job.tenant_id)
         .outerjoin(running, running.c.tenant_id == Job.tenant_id)
         .where(Chunk.status == ChunkStatus.QUEUED, Job.status == JobStatus.RENDERING, Job.family == family)
+        .where(Chunk.id.not_in(skip) if skip else Chunk.id.is_not(None))
         .order_by(
             urgent,
             cast(func.coalesce(running.c.running, 0), Integer),
@@ -83,10 +86,13 @@ def claim_next(
     if hint is None:
         return None
     claim = None
-    for candidate in fair_order(session, hint[0]):
-        claim = jobs.claim_chunk(session, candidate, worker=worker, family=family, lease_seconds=lease_seconds)
-        if claim is not None:
+    tried: list[str] = []
+    while claim is None and len(tried) < CANDIDATES:
+        fairest = fair_order(session, hint[0], skip=tried)
+        if not fairest:
             break
+        tried += fairest
+        claim = jobs.claim_chunk(session, fairest[0], worker=worker, family=family, lease_seconds=lease_seconds)
     if claim is None:
         claim = jobs.claim_chunk(session, chunk_id, worker=worker, family=family, lease_seconds=lease_seconds)
     return claim

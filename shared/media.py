@@ -190,7 +190,8 @@ def probe(path: Path, demuxer: str | None = None) -> MediaInfo:
         MediaFormatError: ``media_format_refused``: not a container the farm reads (a playlist, a script …).
         UnreadableMediaError: ffprobe cannot read the file at all, or its metadata is nonsense
             (``media_metadata_invalid``: a rotation that is not a number; ``media_duration_invalid``).
-        NotAVideoError: the file has no video stream (audio only, or a still image), or no usable frame rate.
+        NotAVideoError: the file has no video stream (audio only, or a still image), or no usable frame rate
+            (``media_rate_invalid``: none, zero, or outside 0.1–1000 fps).
         MediaLimitError: ``resolution_too_large``: its frames are larger than FFmpeg decodes.
     """
     allowed = (demuxer,) if demuxer else TARGET_DEMUXERS + _IMAGE_DEMUXERS
@@ -229,7 +230,8 @@ def probe(path: Path, demuxer: str | None = None) -> MediaInfo:
         rate = _rate(str(Fraction(nb_frames / duration).limit_denominator(1001)))
     if rate is None:
         raise NotAVideoError(
-            f"the video stream has no usable frame rate (between {float(MIN_FPS):g} and {float(MAX_FPS):g} fps)"
+            f"the video stream has no usable frame rate (between {float(MIN_FPS):g} and {float(MAX_FPS):g} fps)",
+            code="media_rate_invalid",
         )
     audio = next((s for s in streams if s.get("codec_type") == "audio"), None)
     start = _number(fmt.get("start_time"))

@@ -48,7 +48,8 @@ def child_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
 
 
 class StderrTail:
-    """Drain ``stream`` on a daemon thread into a buffer that keeps its last ``limit`` bytes.
+    """Drain ``stream`` on a daemon thread into a buffer that keeps its last ``limit`` bytes; the stream is
+    closed when it ends.
 
     ``total`` counts every byte read. :meth:`text` waits for the end of the stream (at most ``timeout`` seconds)
     and returns the tail.
@@ -74,6 +75,11 @@ class StderrTail:
                         self._kept -= len(self._blocks.popleft())
         except (OSError, ValueError):  # the stream was closed under us: the child is gone
             pass
+        finally:
+            try:
+                self._stream.close()
+            except (OSError, ValueError):
+                pass
 
     def join(self, timeout: float | None = 10.0) -> None:
         self._thread.join(timeout)

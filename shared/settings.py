@@ -64,7 +64,7 @@ class Settings(BaseSettings):
         120.0, gt=0, description="A chunk whose decoder or encoder makes no progress for this long is stopped"
     )
     max_streams_per_key: int = Field(4, ge=1, description="Event streams open at once per API key (per API process)")
-    max_uploads_per_key: int = Field(2, ge=1, description="Submissions uploading at once per API key (per API process)")
+    max_uploads_per_key: int = Field(4, ge=1, description="Submissions uploading at once per API key (per API process)")
     upload_read_timeout_seconds: float = Field(
         60.0, gt=0, description="An upload that sends nothing for this long is ended (408)"
     )
