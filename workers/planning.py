@@ -79,6 +79,8 @@ def _plan(
     _report_timing(scan)
     exact = bool(options.chunk_frames)  # asked for: exact sizes; else about chunk_seconds each, cut at keyframes
     wanted = options.chunk_frames or default_chunk_frames(media.fps_value, settings.chunk_seconds)
+    if scan.untimed:  # decode times are no seek positions once B-frames reorder them: one chunk, read from the start
+        return plan_chunks(times, len(times), media.start_time), media, len(times)
     size = bounded_chunk_frames(len(times), wanted, settings.min_chunk_frames, settings.max_chunks_per_job)
     cuts = () if exact else keyframes
     chunks = plan_chunks(times, size, media.start_time, cuts)
@@ -100,5 +102,6 @@ def _report_timing(scan: FrameScan) -> None:
         notices.report(
             "timestamps_missing",
             f"{scan.untimed} video packets carry no presentation time; frames are placed by their decode times"
-            + (f", and {scan.dropped} packets with no time at all are left out" if scan.dropped else ""),
+            + (f", {scan.dropped} packets with no time at all are left out" if scan.dropped else "")
+            + ", and the video is rendered as one chunk (its frames cannot be sought exactly)",
         )
