@@ -154,7 +154,8 @@ def worker(
 
     family = detect_family(settings)
     wanted = queues.split(",") if queues else worker_queues(family)
-    refused, reason = refused_render_queues(family, onnxruntime.get_available_providers())
+    providers = onnxruntime.get_available_providers()
+    refused, reason = refused_render_queues(family, providers, settings.execution_providers)
     if reason:
         notices.report("gpu_provider_missing", reason)  # counted before the pool forks: its processes serve it
         err.print(f"[red]gpu_provider_missing[/]: {reason}")

@@ -12,7 +12,7 @@ import logging
 import platform
 import re
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from shared.options import AcceleratorFamily
@@ -83,12 +83,15 @@ GPU_PROVIDERS: dict[str, tuple[str, ...]] = {
 }
 
 
-def refused_render_queues(family: str, providers: Iterable[str]) -> tuple[frozenset[str], str | None]:
+def refused_render_queues(
+    family: str, providers: Iterable[str], chosen: Sequence[str] | None = None
+) -> tuple[frozenset[str], str | None]:
     """The render queues a worker of ``family`` must not consume with these ONNX Runtime ``providers``, and why.
 
     A CUDA or ROCm worker whose ONNX Runtime lacks the family's GPU provider (a CPU wheel installed over the GPU
     one, a driver library missing) would render its family's chunks on the CPU, many times slower and silently.
-    It refuses ``render.<family>`` and ``render.any`` instead, and says so.
+    It refuses ``render.<family>`` and ``render.any`` instead, and says so. Providers the operator ``chosen``
+    explicitly (``SWAPFARM_EXECUTION_PROVIDERS``) are a decision, not a fallback: nothing is refused.
 
     >>> refused_render_queues("cuda", ["CPUExecutionProvider"])[0] == {"render.cuda", "render.any"}
     True
@@ -97,7 +100,7 @@ def refused_render_queues(family: str, providers: Iterable[str]) -> tuple[frozen
     """
     wanted = GPU_PROVIDERS.get(family)
     offered = set(providers)
-    if wanted is None or offered & set(wanted):
+    if wanted is None or offered & set(wanted) or chosen:
         return frozenset(), None
     reason = (
         f"this {family} worker's ONNX Runtime offers {sorted(offered)}, none of {list(wanted)}: it would render on "
