@@ -18,13 +18,16 @@ from fastapi.testclient import TestClient
 
 from shared.broker import make_celery
 from shared.media import frame_times
+from shared.options import JobOptions
 from shared.settings import Settings
 from tests.integration.conftest import BLUR, download, events_of, submit, wait_finished, with_face_models
 from tests.support import hostile
-from tests.support.farm import Farm, wait_for
+from tests.support.farm import Farm, settings_env, wait_for
+from tests.support.live import live_api
 from tests.support.media import assert_frames_match, make_clip, read_frames
 from tests.support.replicas import arcface_w600k_r50, constant_colour_swapper, install_replica
 from tests.support.services import free_port
+from workers.embedded import run_local
 
 pytestmark = pytest.mark.integration
 
@@ -157,7 +160,7 @@ class TestSeveralSourceFaces:
         return _swap_settings(settings, data_dir, tmp_path, family="cpu")
 
     def test_a_source_image_with_several_faces_names_the_one_used(
-        self, farm: Farm, api: TestClient, data_dir: Path, clip_short: Path
+        self, farm: Farm, api: TestClient, settings: Settings, data_dir: Path, clip_short: Path
     ) -> None:
         farm.worker("w1")
         options = {"processors": ["face_swapper"], "chunk_frames": 120}
@@ -167,6 +170,28 @@ class TestSeveralSourceFaces:
         assert "source image 1 shows" in message and "the largest was used" in message and "box x" in message
         assert "group6" not in message, "the client's file name is a label, the message names the source by number"
         assert "degraded (source_several_faces)" in farm.log("w1")
+        with live_api(settings, farm.logs) as server:  # and `swapfarm status` shows it
+            env = {**settings_env(settings), "SWAPFARM_API_URL": server.url, "COLUMNS": "200"}
+            env["SWAPFARM_API_KEY"] = str(api.headers["Authorization"]).removeprefix("Bearer ")
+            status = subprocess.run(
+                [sys.executable, "-m", "cli", "status", job_id], env=env, capture_output=True, text=True, timeout=120
+            )
+        assert status.returncode == 0, status.stderr
+        assert "warning source_several_faces: source image 1 shows" in status.stdout, status.stdout
+
+    def test_swapfarm_run_prints_the_warnings_of_its_job(
+        self, settings: Settings, data_dir: Path, clip_short: Path, tmp_path: Path
+    ) -> None:
+        result = run_local(
+            target=clip_short,
+            sources=[data_dir / "media" / "group6.jpg"],
+            output=tmp_path / "out.mp4",
+            options=JobOptions(processors=["face_swapper"], chunk_frames=120),
+            workers=1,
+            settings=settings,
+        )
+        assert result.status == "succeeded", result
+        assert [code for code, _ in result.warnings] == ["source_several_faces"]
 
 
 # -- packets without timestamps ---------------------------------------------------------------------------------
