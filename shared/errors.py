@@ -202,8 +202,8 @@ def public_message(text: str) -> str:
     text = _URL.sub("<url>", text)
     text = _PATH.sub(lambda m: m.group(0).rstrip("/").rsplit("/", 1)[-1] or "<path>", text)
     host = _hostname()
-    if host and len(host) > 2:
-        text = text.replace(host, "<host>")
+    if len(host) > 2:
+        text = re.sub(rf"(?<![\w.-]){re.escape(host)}(?![\w-])", "<host>", text)
     return text
 
 
