@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
 from api.app import create_app
-from shared import jobs
+from shared import control, jobs
 from shared.db import session_scope
 from shared.jobs import ChunkPlan
 from shared.models import Job
@@ -29,6 +29,17 @@ from tests.support.tenants import bearer, make_key
 
 BOUNDARY = "----swapfarm-hostile"
 PASSTHROUGH = json.dumps({"processors": ["passthrough"]})
+
+
+@pytest.fixture(autouse=True)
+def _no_job_left_behind(settings: Settings) -> Iterator[None]:
+    """Jobs made here wait for workers that never come: cancel them, or another module's farm would render them."""
+    with session_scope(settings.database_url) as s:
+        before = set(s.scalars(select(Job.id)))
+    yield
+    with session_scope(settings.database_url) as s:
+        for job_id in set(s.scalars(select(Job.id))) - before:
+            control.cancel_job(s, job_id, settings.max_running_jobs_per_tenant)
 
 
 @pytest.fixture
