@@ -16,10 +16,17 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from api import jobs, metrics, output, progress, ui, webhooks
 from api.openapi import SwapfarmAPI
 from api.schemas import Health
+from api.slots import KeySlots
 from shared.broker import make_celery
 from shared.db import engine_for
 from shared.dispatch import CeleryDispatcher
-from shared.errors import RangeNotSatisfiableError, ServiceUnavailableError, SwapfarmError, UnauthorizedError
+from shared.errors import (
+    RangeNotSatisfiableError,
+    ServiceUnavailableError,
+    SwapfarmError,
+    UnauthorizedError,
+    public_message,
+)
 from shared.settings import Settings, get_settings
 from shared.storage import Storage
 
@@ -27,7 +34,8 @@ logger = logging.getLogger(__name__)
 
 
 def _error(status: int, code: str, message: str, headers: Mapping[str, str] | None = None) -> JSONResponse:
-    return JSONResponse(status_code=status, content={"error": {"code": code, "message": message}}, headers=headers)
+    body = {"error": {"code": code, "message": public_message(message)}}
+    return JSONResponse(status_code=status, content=body, headers=headers)
 
 
 def _error_headers(exc: SwapfarmError) -> dict[str, str] | None:
@@ -48,6 +56,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.celery = celery
         app.state.dispatcher = CeleryDispatcher(celery)
         app.state.metrics = metrics.registry_for(resolved.database_url, celery, lease_seconds=resolved.lease_seconds)
+        app.state.upload_slots = KeySlots(resolved.max_uploads_per_key, code="too_many_uploads", what="uploads")
+        app.state.stream_slots = KeySlots(resolved.max_streams_per_key, code="too_many_streams", what="event streams")
         yield
         celery.close()
 
@@ -82,6 +92,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         logger.warning("database unavailable: %s", exc.__class__.__name__)
         error = ServiceUnavailableError("the database is unavailable; try again shortly")
         return _error(error.http_status, error.code, error.message)
+
+    @app.exception_handler(Exception)
+    async def unexpected(_: Request, exc: Exception) -> JSONResponse:
+        # Logged with its traceback by the server; the client learns only that it was ours, not what it was.
+        logger.error("unexpected error: %s", exc.__class__.__name__, exc_info=exc)
+        return _error(500, "internal_error", "an unexpected error on the server; it has been logged")
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(_: Request, exc: RequestValidationError) -> JSONResponse:

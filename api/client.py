@@ -106,7 +106,16 @@ class Client:
         return JobView.model_validate(self._check(self._http.post(f"/v1/jobs/{job_id}/retry")).json())
 
     def chunks(self, job_id: str) -> ChunkList:
-        return ChunkList.model_validate(self._check(self._http.get(f"/v1/jobs/{job_id}/chunks")).json())
+        """Every chunk of the job (the pages of ``/chunks`` joined)."""
+        found = ChunkList(chunks=[])
+        after = -1
+        while True:
+            response = self._http.get(f"/v1/jobs/{job_id}/chunks", params={"after": after})
+            page = ChunkList.model_validate(self._check(response).json())
+            found.chunks.extend(page.chunks)
+            if page.next_after is None:
+                return found
+            after = page.next_after
 
     def events(self, job_id: str, after: int = 0) -> EventList:
         response = self._http.get(f"/v1/jobs/{job_id}/events", params={"after": after})

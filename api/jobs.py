@@ -24,6 +24,7 @@ from sqlalchemy import and_, or_, select
 from api.auth import Caller
 from api.references import create_job_from_json
 from api.schemas import JOB_ID_EXAMPLE, SUBMISSION_BODY, JobList, JobView, error_responses
+from api.slots import KeySlots
 from api.uploads import JobForm, read_job_form
 from api.views import job_view, owned_job, page_progress, tenant_names
 from api.webhooks import checked_callback
@@ -31,11 +32,12 @@ from shared import control, jobs
 from shared.db import session_scope
 from shared.dispatch import send_all
 from shared.errors import ConflictError, ForbiddenError, GoneError, InvalidOptionsError
-from shared.models import Job, Tenant
+from shared.models import Job, Tenant, utcnow
 from shared.options import JobOptions
 from shared.settings import Settings
 from shared.states import JobStatus
 from shared.submission import Idempotency, MediaLimits, Owner, submit
+from shared.tasks import MAX_PRIORITY
 from shared.tenants import Principal
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
@@ -43,13 +45,45 @@ router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 JobId = Annotated[str, PathParam(description="The job's id", examples=[JOB_ID_EXAMPLE])]
 
 
+# Options are a few levels deep; deeper JSON is refused before it is parsed (the parser recurses per level).
+MAX_OPTIONS_DEPTH = 8
+
+
 def _parse_options(raw: str) -> JobOptions:
+    if _depth(raw) > MAX_OPTIONS_DEPTH:
+        raise InvalidOptionsError(f"options: nested more than {MAX_OPTIONS_DEPTH} levels deep")
     try:
         data = json.loads(raw or "{}")
         return JobOptions.model_validate(data)
     except (json.JSONDecodeError, ValidationError) as exc:
         message = str(exc).splitlines()[0] if isinstance(exc, json.JSONDecodeError) else _first_error(exc)
         raise InvalidOptionsError(f"options: {message}") from exc
+
+
+def _depth(raw: str) -> int:
+    """How deeply brackets nest in a JSON text (brackets inside strings do not count).
+
+    >>> _depth('{"a": [1, {"b": "]]]"}]}')
+    3
+    """
+    depth = deepest = 0
+    in_string = escaped = False
+    for char in raw:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth -= 1
+    return deepest
 
 
 def _first_error(exc: ValidationError) -> str:
@@ -70,15 +104,6 @@ def _request_hash(form: JobForm, options: JobOptions) -> str:
     return hashlib.sha256(json.dumps(digest, sort_keys=True).encode()).hexdigest()
 
 
-def media_limits(settings: Settings) -> MediaLimits:
-    """The limits a submitted target is checked against (duration, frame size, frames)."""
-    return MediaLimits(
-        max_duration_seconds=settings.max_duration_seconds,
-        max_frame_pixels=settings.max_frame_pixels,
-        max_frames=settings.max_frames,
-    )
-
-
 def read_job(settings: Settings, caller: Principal, job_id: str) -> JobView:
     with session_scope(settings.database_url) as session:
         job = owned_job(session, caller, job_id)
@@ -89,7 +114,7 @@ def read_job(settings: Settings, caller: Principal, job_id: str) -> JobView:
     "",
     status_code=202,
     response_model=JobView,
-    responses=error_responses(409, 413),
+    responses=error_responses(403, 408, 409, 413, 429),
     openapi_extra={"requestBody": SUBMISSION_BODY},
 )
 async def create_job(
@@ -110,13 +135,22 @@ async def create_job(
 
     A JSON body (``JobRequest``) names its inputs by URL instead (``s3://…`` under a prefix the operator allows)."""
     settings: Settings = request.app.state.settings
-    limits = media_limits(settings)
-    if request.headers.get("content-type", "").split(";")[0].strip().lower() == "application/json":
-        job_id = await create_job_from_json(request, caller, idempotency_key, settings, limits)
-        return await _accepted(settings, caller, job_id)
+    slots: KeySlots = request.app.state.upload_slots
+    with slots.take(caller.key_id):
+        if request.headers.get("content-type", "").split(";")[0].strip().lower() == "application/json":
+            job_id = await create_job_from_json(request, caller, idempotency_key, settings)
+            return await _accepted(settings, caller, job_id)
+        return await _create_job(request, caller, settings, idempotency_key)
+
+
+async def _create_job(
+    request: Request, caller: Principal, settings: Settings, idempotency_key: str | None
+) -> JSONResponse:
     folder = Path(tempfile.mkdtemp(prefix="swapfarm-upload-"))
     try:
         form = await read_job_form(request, folder, settings)
+        if form.priority > MAX_PRIORITY and not caller.admin:
+            raise ForbiddenError(f"priority {form.priority}, the farm-wide urgent band, needs an admin key")
         options = _parse_options(form.options)
         callback_url = await checked_callback(settings, form.callback_url)
         job_id = await run_in_threadpool(
@@ -127,10 +161,10 @@ async def create_job(
                 target=form.target.upload,
                 sources=[s.upload for s in form.sources],
                 options=options,
-                owner=Owner(tenant_id=caller.tenant_id, default_limit=settings.max_running_jobs_per_tenant),
+                owner=Owner.of(settings, caller.tenant_id),
                 priority=form.priority,
                 idempotency=Idempotency(idempotency_key, _request_hash(form, options)) if idempotency_key else None,
-                limits=limits,
+                limits=MediaLimits.of(settings),
                 callback_url=callback_url,
             )
         )
@@ -252,9 +286,14 @@ def retry_job(request: Request, caller: Caller, job_id: JobId) -> JobView:
     settings: Settings = request.app.state.settings
     with session_scope(settings.database_url) as session:
         job = owned_job(session, caller, job_id)
-        if job.expired_at is not None:
+        past = job.finished_at is not None and utcnow() - job.finished_at > timedelta(
+            seconds=settings.output_ttl_seconds
+        )
+        if job.expired_at is not None or past:
             raise GoneError(f"job {job_id}: its files were deleted after the retention time", code="job_expired")
-        outcome = control.retry_job(session, job.id, settings.max_running_jobs_per_tenant)
+        outcome = control.retry_job(
+            session, job.id, settings.max_running_jobs_per_tenant, ttl_seconds=settings.output_ttl_seconds
+        )
     if not outcome.changed:
         raise ConflictError(f"job {job_id} has not failed; only a failed job can be retried", code="job_not_retryable")
     send_all(request.app.state.dispatcher, outcome.messages)

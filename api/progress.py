@@ -1,9 +1,14 @@
-"""Following a job: its chunks, its event log, and the log as server-sent events until the job ends."""
+"""Following a job: its chunks, its event log, and the log as server-sent events until the job ends.
+
+An API key holds at most ``max_streams_per_key`` event streams at once (429 ``too_many_streams``), and its key is
+checked again at every poll: a stream of a key revoked meanwhile ends with an ``error`` event (``unauthorized``).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import time
+import weakref
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Annotated
@@ -15,14 +20,25 @@ from fastapi.responses import StreamingResponse
 from sqlalchemy import select
 
 from api.auth import Caller
-from api.schemas import JOB_ID_EXAMPLE, ChunkList, EventList, EventView, JobView, error_responses
+from api.schemas import (
+    JOB_ID_EXAMPLE,
+    ChunkList,
+    ErrorBody,
+    ErrorDetail,
+    EventList,
+    EventView,
+    JobView,
+    error_responses,
+)
+from api.slots import KeySlots, Slot
 from api.views import chunk_view, event_view, job_view, owned_job, tenant_names
 from shared import events, jobs
 from shared.db import session_scope
+from shared.errors import UnauthorizedError
 from shared.models import Chunk, utcnow
 from shared.settings import Settings
 from shared.states import FINISHED_JOB_STATES
-from shared.tenants import Principal
+from shared.tenants import Principal, key_alive
 
 router = APIRouter(prefix="/v1/jobs", tags=["progress"])
 
@@ -37,13 +53,22 @@ class EventStreamResponse(StreamingResponse):
 
 
 @router.get("/{job_id}/chunks", response_model=ChunkList, responses=error_responses(404))
-def list_chunks(request: Request, caller: Caller, job_id: JobId) -> ChunkList:
-    """Every chunk of the job with its state, attempts, worker and latest error (empty until it is planned)."""
+def list_chunks(
+    request: Request,
+    caller: Caller,
+    job_id: JobId,
+    after: Annotated[int, Query(ge=-1, le=2**31, description="Only chunks with a larger index")] = -1,
+    limit: Annotated[int, Query(ge=1, le=1000, description="Chunks per page")] = 500,
+) -> ChunkList:
+    """The job's chunks in order, a page at a time, with their state, attempts, worker and latest error (empty
+    until it is planned)."""
     settings: Settings = request.app.state.settings
     with session_scope(settings.database_url) as session:
         job = owned_job(session, caller, job_id)
-        rows = session.scalars(select(Chunk).where(Chunk.job_id == job.id).order_by(Chunk.index)).all()
-        return ChunkList(chunks=[chunk_view(c) for c in rows])
+        query = select(Chunk).where(Chunk.job_id == job.id, Chunk.index > after).order_by(Chunk.index)
+        rows = session.scalars(query.limit(limit + 1)).all()
+        page = rows[:limit]
+        return ChunkList(chunks=[chunk_view(c) for c in page], next_after=page[-1].index if len(rows) > limit else None)
 
 
 @router.get("/{job_id}/events", response_model=EventList, responses=error_responses(404))
@@ -65,7 +90,14 @@ def list_events(
 def _poll(
     settings: Settings, caller: Principal, job_id: str, after_id: int
 ) -> tuple[JobView, list[EventView], list[tuple[int, float]]]:
+    """The job, its new events and their ages.
+
+    Raises:
+        UnauthorizedError: the caller's key was revoked since the stream began.
+    """
     with session_scope(settings.database_url) as session:
+        if not key_alive(session, caller.key_id):
+            raise UnauthorizedError("the API key was revoked; the stream ends")
         # The job first: every event committed before its state was read is then in the events read after.
         job = owned_job(session, caller, job_id)
         view = job_view(job, jobs.progress(session, job), settings, tenant_names(session, caller, [job]))
@@ -82,7 +114,12 @@ async def _stream(
     previous: JobView | None = None
     yield "retry: 2000\n\n"
     while True:
-        view, rows, ages = await run_in_threadpool(_poll, settings, caller, job_id, settled)
+        try:
+            view, rows, ages = await run_in_threadpool(_poll, settings, caller, job_id, settled)
+        except UnauthorizedError as exc:
+            error = ErrorBody(error=ErrorDetail(code=exc.code, message=exc.message))
+            yield f"event: error\ndata: {error.model_dump_json()}\n\n"
+            return
         for event in rows:
             if event.id not in sent:
                 sent.add(event.id)
@@ -118,7 +155,7 @@ async def _stream(
                 }
             },
         },
-        **error_responses(404),
+        **error_responses(404, 429),
     },
 )
 async def stream_events(
@@ -132,8 +169,23 @@ async def stream_events(
         int, Query(ge=1, le=3600, description="End the stream after this long; clients reconnect")
     ] = 600,
 ) -> EventStreamResponse:
-    """The job's events as server-sent events, from the start (or after ``Last-Event-ID``) until the job ends."""
+    """The job's events as server-sent events, from the start (or after ``Last-Event-ID``) until the job ends.
+
+    A key has at most ``max_streams_per_key`` streams open (429 ``too_many_streams``); a stream whose key is
+    revoked ends with an ``error`` event."""
     settings: Settings = request.app.state.settings
     await run_in_threadpool(_poll, settings, caller, job_id, 2**62)  # 404 before the stream starts
-    stream = _stream(request, settings, caller, job_id, last_event_id or 0, max_seconds)
+    slots: KeySlots = request.app.state.stream_slots
+    slot = slots.take(caller.key_id)
+    stream = _held(slot, _stream(request, settings, caller, job_id, last_event_id or 0, max_seconds))
+    weakref.finalize(stream, slot.release)  # a stream never started (the client left) gives its place back too
     return EventStreamResponse(stream, headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+async def _held(slot: Slot, stream: AsyncIterator[str]) -> AsyncIterator[str]:
+    """``stream``, holding ``slot`` until it ends."""
+    try:
+        async for item in stream:
+            yield item
+    finally:
+        slot.release()

@@ -27,10 +27,11 @@ from pydantic import ValidationError
 
 from api.schemas import InputRef, JobRequest
 from api.webhooks import checked_callback
-from shared.errors import InputUrlError, InvalidOptionsError, RequestInvalidError, TooLargeError
+from shared.errors import ForbiddenError, InputUrlError, InvalidOptionsError, RequestInvalidError, TooLargeError
 from shared.settings import Settings
 from shared.storage import Storage
 from shared.submission import Idempotency, MediaLimits, Owner, Upload, submit
+from shared.tasks import MAX_PRIORITY
 from shared.tenants import Principal
 
 JSON_LIMIT = 256 * 1024  # bytes of a JSON submission
@@ -131,10 +132,16 @@ def parse(body: bytes) -> JobRequest:
 
 
 async def create_job_from_json(
-    request: Request, caller: Principal, idempotency_key: str | None, settings: Settings, limits: MediaLimits
+    request: Request, caller: Principal, idempotency_key: str | None, settings: Settings
 ) -> str:
-    """Accept a JSON submission; returns the job's id (see the module's docstring for what may be referenced)."""
+    """Accept a JSON submission; returns the job's id (see the module's docstring for what may be referenced).
+
+    Raises:
+        ForbiddenError: the admin band's priority without an admin key.
+    """
     job = parse(await _body(request))
+    if job.priority > MAX_PRIORITY and not caller.admin:
+        raise ForbiddenError(f"priority {job.priority}, the farm-wide urgent band, needs an admin key")
     if len(job.sources) > settings.max_sources:
         raise RequestInvalidError(
             f"sources: at most {settings.max_sources} source images per job", code="too_many_sources"
@@ -169,10 +176,10 @@ async def create_job_from_json(
                 target=target.upload,
                 sources=[s.upload for s in sources],
                 options=job.options,
-                owner=Owner(tenant_id=caller.tenant_id, default_limit=settings.max_running_jobs_per_tenant),
+                owner=Owner.of(settings, caller.tenant_id),
                 priority=job.priority,
                 idempotency=Idempotency(idempotency_key, request_hash) if idempotency_key else None,
-                limits=limits,
+                limits=MediaLimits.of(settings),
                 callback_url=callback_url,
             )
         )

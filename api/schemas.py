@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from shared.events import EventKind
 from shared.options import JobOptions
 from shared.states import ChunkStatus, JobStatus
-from shared.tasks import DEFAULT_PRIORITY, MAX_PRIORITY, MIN_PRIORITY
+from shared.tasks import ADMIN_PRIORITY, DEFAULT_PRIORITY, MIN_PRIORITY
 from shared.webhooks import MAX_URL_LENGTH
 
 JOB_ID_EXAMPLE = "3f2a9c0e5b7d4e1f8a6b2c4d9e0f1a2b"
@@ -37,6 +37,7 @@ _ERROR_CODES: dict[int, tuple[str, list[str]]] = {
     401: ("No API key, or an unknown or revoked one", ["unauthorized"]),
     403: ("The key lacks the admin scope", ["forbidden"]),
     404: ("No such job, or the job belongs to another tenant", ["not_found"]),
+    408: ("The upload stopped sending for longer than the read timeout", ["upload_timeout"]),
     409: (
         "The request conflicts with the job's state or an earlier request",
         ["job_not_cancellable", "job_not_retryable", "output_not_ready", "idempotency_conflict"],
@@ -64,7 +65,16 @@ _ERROR_CODES: dict[int, tuple[str, list[str]]] = {
             "input_url_invalid",
             "input_url_forbidden",
             "input_missing",
+            "media_format_refused",
+            "media_metadata_invalid",
+            "media_duration_invalid",
+            "media_rate_invalid",
+            "source_resolution_too_large",
         ],
+    ),
+    429: (
+        "Over a quota of the tenant or the API key; try again later",
+        ["too_many_waiting_jobs", "storage_quota_exceeded", "too_many_streams", "too_many_uploads"],
     ),
     503: ("The database or the broker is unavailable; try again", ["service_unavailable"]),
 }
@@ -146,7 +156,9 @@ class JobView(BaseModel):
 
     id: str
     status: JobStatus = Field(description="waiting: for the tenant's limit of jobs running at once")
-    priority: int = Field(ge=MIN_PRIORITY, le=MAX_PRIORITY, description="0 lowest … 9 most urgent")
+    priority: int = Field(
+        ge=MIN_PRIORITY, le=ADMIN_PRIORITY, description="0 lowest … 9 most urgent; 10: the admin band (farm-wide)"
+    )
     progress: ProgressView
     chunks: ChunkCounts
     error: ErrorDetail | None
@@ -202,6 +214,9 @@ class ChunkView(BaseModel):
 
 class ChunkList(BaseModel):
     chunks: list[ChunkView]
+    next_after: int | None = Field(
+        None, description="Pass as `after` for the next page (the last index of this one); null on the last page"
+    )
 
 
 class EventView(BaseModel):
@@ -282,7 +297,12 @@ class JobRequest(BaseModel):
     target: InputRef = Field(description="The video whose faces are processed")
     sources: list[InputRef] = Field(default_factory=list, max_length=64, description="Source face image(s)")
     options: JobOptions = Field(default_factory=JobOptions)
-    priority: int = Field(DEFAULT_PRIORITY, ge=MIN_PRIORITY, le=MAX_PRIORITY, description="0 lowest … 9 most urgent")
+    priority: int = Field(
+        DEFAULT_PRIORITY,
+        ge=MIN_PRIORITY,
+        le=ADMIN_PRIORITY,
+        description="0 lowest … 9 most urgent among your own jobs; 10, the farm-wide urgent band, needs an admin key",
+    )
     callback_url: str | None = Field(None, max_length=MAX_URL_LENGTH, description=CALLBACK_DESCRIPTION)
 
 
@@ -314,9 +334,12 @@ SUBMISSION_BODY: dict[str, Any] = {
                     "priority": {
                         "type": "integer",
                         "minimum": MIN_PRIORITY,
-                        "maximum": MAX_PRIORITY,
+                        "maximum": ADMIN_PRIORITY,
                         "default": DEFAULT_PRIORITY,
-                        "description": "0 lowest … 9 most urgent; honoured by every queue of the farm",
+                        "description": (
+                            "0 lowest … 9 most urgent, among your own jobs: tenants share the workers fairly "
+                            "whatever their priorities. 10, the farm-wide urgent band, needs an admin key (else 403)"
+                        ),
                     },
                     "callback_url": {
                         "type": "string",

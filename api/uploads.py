@@ -8,6 +8,7 @@ past a limit ends the request with a 413 — the rest of the body is never read,
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import re
 from collections.abc import Callable
@@ -19,10 +20,10 @@ from python_multipart.exceptions import MultipartParseError
 from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.requests import Request
 
-from shared.errors import RequestInvalidError, TooLargeError
+from shared.errors import RequestInvalidError, RequestTimeoutError, TooLargeError
 from shared.settings import Settings
 from shared.submission import Upload
-from shared.tasks import DEFAULT_PRIORITY, MAX_PRIORITY, MIN_PRIORITY
+from shared.tasks import ADMIN_PRIORITY, DEFAULT_PRIORITY, MAX_PRIORITY, MIN_PRIORITY
 
 if TYPE_CHECKING:
     from python_multipart.multipart import MultipartCallbacks
@@ -203,8 +204,10 @@ def _priority(raw: str | None) -> int:
         value = int(raw.strip())
     except ValueError:
         value = -1
-    if not MIN_PRIORITY <= value <= MAX_PRIORITY:
-        raise RequestInvalidError(f"priority: an integer from {MIN_PRIORITY} to {MAX_PRIORITY}")
+    if not MIN_PRIORITY <= value <= ADMIN_PRIORITY:
+        raise RequestInvalidError(
+            f"priority: an integer from {MIN_PRIORITY} to {MAX_PRIORITY} ({ADMIN_PRIORITY} with an admin key)"
+        )
     return value
 
 
@@ -218,6 +221,7 @@ async def read_job_form(
     Raises:
         TooLargeError: the body, the target or a source is over its limit (``request_too_large``,
             ``upload_too_large``, ``source_too_large``) — raised at the first block past it.
+        RequestTimeoutError: ``upload_timeout``: no block arrived for ``upload_read_timeout_seconds``.
         RequestInvalidError: not a well-formed ``multipart/form-data`` body with one ``target``.
     """
     content_type, params = parse_options_header(request.headers.get("content-type", ""))
@@ -231,8 +235,17 @@ async def read_job_form(
     reader = _FormReader(folder, settings, extra)
     parser = MultipartParser(boundary, reader.callbacks())
     received = 0
+    blocks = request.stream().__aiter__()
     try:
-        async for block in request.stream():
+        while True:
+            try:
+                block = await asyncio.wait_for(anext(blocks), timeout=settings.upload_read_timeout_seconds)
+            except StopAsyncIteration:
+                break
+            except TimeoutError as exc:
+                raise RequestTimeoutError(
+                    f"the upload sent nothing for {settings.upload_read_timeout_seconds:.0f}s; it was ended"
+                ) from exc
             received += len(block)
             if received > limit:
                 raise TooLargeError(f"the request body is larger than the {limit} byte limit", code="request_too_large")

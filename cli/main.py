@@ -57,6 +57,8 @@ def run(
     from cli.logs import configure
     from shared.errors import SwapfarmError
     from shared.options import JobOptions
+
+    _cap_images(get_settings().max_source_pixels)  # before OpenCV loads: it reads its cap once
     from workers.embedded import run_local
 
     configure("WARNING", json_lines=False)
@@ -93,10 +95,18 @@ def run(
             bar.stop()
             err.print(f"[red]{exc.code}[/]: {exc.message}")
             raise typer.Exit(1) from exc
+    for code, message in result.warnings:
+        err.print(f"[yellow]{code}[/]: {message}")
     if result.status != "succeeded":
         err.print(f"[red]{result.error_code}[/]: {result.error_message}")
         raise typer.Exit(1)
     err.print(f"wrote {output} ({result.frames_total} frames)")
+
+
+def _cap_images(max_pixels: int) -> None:
+    """OpenCV's image-size cap (read from the environment once, when OpenCV loads): no image decoded in this
+    process — a source image, above all — may have more pixels than the farm accepts."""
+    os.environ.setdefault("OPENCV_IO_MAX_IMAGE_PIXELS", str(max_pixels))
 
 
 @app.command()
@@ -138,13 +148,27 @@ def worker(
 
     from cli.logs import configure
     from shared.errors import WorkerNameTakenError
-    from workers.celery_app import create_app, refuse_duplicate, worker_queues
-    from workers.engines.family import detect_family
 
     json_lines = not sys.stderr.isatty()
     configure(json_lines=json_lines)
     settings = get_settings()
+    _cap_images(settings.max_source_pixels)  # before OpenCV loads: it reads its cap once
+    import onnxruntime
+
+    from workers import notices
+    from workers.celery_app import create_app, refuse_duplicate, worker_queues
+    from workers.engines.family import detect_family, refused_render_queues
+
     family = detect_family(settings)
+    wanted = queues.split(",") if queues else worker_queues(family)
+    providers = onnxruntime.get_available_providers()
+    refused, reason = refused_render_queues(family, providers, settings.execution_providers)
+    if reason:
+        notices.report("gpu_provider_missing", reason)  # counted before the pool forks: its processes serve it
+        err.print(f"[red]gpu_provider_missing[/]: {reason}")
+        wanted = [q for q in wanted if q not in refused]
+        if not wanted:
+            raise typer.Exit(2)
     celery = create_app(settings)
     default_name = f"{family}-{os.getpid()}@%h" if gpu is None else f"{family}-gpu{gpu}-{os.getpid()}@%h"
     nodename = host_format(default_nodename(name or default_name))
@@ -156,7 +180,7 @@ def worker(
     argv = [
         *(["--quiet"] if json_lines else []),  # the banner is text: its facts are logged instead
         "worker",
-        f"--queues={queues or ','.join(worker_queues(family))}",
+        f"--queues={','.join(wanted)}",
         f"--concurrency={concurrency or settings.worker_concurrency}",
         f"--pool={pool}",
         "--loglevel=INFO",
@@ -201,15 +225,23 @@ def flower(
     port: Annotated[int, typer.Option(min=1, max=65535)] = 5555,
 ) -> None:
     """Serve Flower, Celery's monitor: workers (named <family>-<pid>@<host>, with their queues) and tasks with
-    their job and chunk ids. Basic auth with SWAPFARM_FLOWER_USER / SWAPFARM_FLOWER_PASSWORD (required)."""
+    their job and chunk ids. Basic auth with SWAPFARM_FLOWER_USER / SWAPFARM_FLOWER_PASSWORD (required). Flower
+    needs nothing but the broker URL and these: give its process no other secret."""
     from cli.logs import configure
     from shared.broker import make_celery
+    from shared.settings import KNOWN_DEFAULT_SECRETS
 
     configure()
     settings = get_settings()
     password = settings.flower_password.get_secret_value() if settings.flower_password else ""
-    if not password:
-        err.print("[red]settings_invalid[/]: set SWAPFARM_FLOWER_PASSWORD; Flower never runs without a password")
+    problem = None
+    if not password or password in KNOWN_DEFAULT_SECRETS:
+        problem = "set SWAPFARM_FLOWER_PASSWORD (not a default); Flower never runs without a password"
+    elif "," in password or "," in settings.flower_user or ":" in settings.flower_user:
+        # Flower reads its basic auth as "user:password,user:password": a ',' would add a login of its own.
+        problem = "SWAPFARM_FLOWER_PASSWORD and SWAPFARM_FLOWER_USER may not contain ',' (nor the user ':')"
+    if problem:
+        err.print(f"[red]settings_invalid[/]: {problem}")
         raise typer.Exit(2)
     # Through Flower's own environment option rather than argv, so the password does not show in `ps`.
     os.environ["FLOWER_BASIC_AUTH"] = f"{settings.flower_user}:{password}"
@@ -217,12 +249,22 @@ def flower(
 
 
 @db.command("upgrade")
-def db_upgrade(revision: Annotated[str, typer.Argument()] = "head") -> None:
-    """Bring the database to the newest schema (Alembic)."""
-    from shared.schema import upgrade
+def db_upgrade(
+    revision: Annotated[str, typer.Argument()] = "head",
+    worker_role: Annotated[
+        str | None,
+        typer.Option(help="Then grant this existing role the workers' rights (no access to API keys)"),
+    ] = None,
+) -> None:
+    """Bring the database to the newest schema (Alembic), and grant the workers' role its rights."""
+    from shared.schema import grant_worker_role, upgrade
 
-    upgrade(get_settings().database_url, revision)
+    settings = get_settings()
+    upgrade(settings.database_url, revision)
     err.print(f"database at {revision}")
+    if worker_role:
+        grant_worker_role(settings.database_url, worker_role)
+        err.print(f"role {worker_role}: the workers' rights granted")
 
 
 def main() -> None:  # pragma: no cover

@@ -140,6 +140,18 @@ def _watch_lines(client: Client, job: JobView, every: float) -> JobView:
     return job
 
 
+def _warnings(client: Client, job_id: str) -> list[EventView]:
+    """The job's ``warning`` events: what made it worse without failing it."""
+    found: list[EventView] = []
+    after = 0
+    while True:
+        page = client.events(job_id, after)
+        found += [e for e in page.events if e.kind == "warning"]
+        if page.next_after is None or not page.events:
+            return found
+        after = page.next_after
+
+
 def _finish(job: JobView) -> None:
     out.print(_line(job), highlight=False, soft_wrap=True)
     if job.status != JobStatus.SUCCEEDED:
@@ -160,7 +172,9 @@ def submit(
         list[str] | None, typer.Option(callback=_processor, help="Processor, in order; repeatable")
     ] = None,
     options: Annotated[str, typer.Option(help="More JobOptions as JSON")] = "{}",
-    priority: Annotated[int | None, typer.Option(min=0, max=9, help="0 lowest … 9 most urgent")] = None,
+    priority: Annotated[
+        int | None, typer.Option(min=0, max=10, help="0 lowest … 9 most urgent; 10: farm-wide (admin keys)")
+    ] = None,
     idempotency_key: Annotated[str | None, typer.Option(help="Submitting again with it answers the same job")] = None,
     watch: Annotated[bool, typer.Option(help="Follow the job until it ends")] = False,
     every: Every = 10.0,
@@ -199,11 +213,14 @@ def status(
             return
         job = client.job(job_id)
         rows = client.chunks(job_id).chunks if chunks else []
+        warnings = _warnings(client, job_id)
     if as_json:
         data = job.model_dump(mode="json")
         print_json({"job": data, "chunks": [c.model_dump(mode="json") for c in rows]} if chunks else data)
         return
     out.print(_line(job), highlight=False, soft_wrap=True)
+    for warning in warnings:
+        out.print(f"[yellow]warning[/] {warning.error_code}: {warning.message}", highlight=False, soft_wrap=True)
     if chunks:
         columns = [
             Column("chunk", inline=True),

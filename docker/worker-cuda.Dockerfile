@@ -1,7 +1,8 @@
 # syntax=docker/dockerfile:1
-# swapfarm CUDA worker (linux/amd64): CUDA 12.8 runtime + cuDNN 9, torch's CUDA build (the compiled engine),
-# onnxruntime-gpu (CUDA and TensorRT providers), and Ubuntu's ffmpeg, which is built with NVENC/NVDEC/CUVID
-# (nv-codec-headers): the driver's libnvcuvid/libnvidia-encode come in through the `video` driver capability.
+# swapfarm CUDA worker (linux/amd64): CUDA 12.8 runtime + cuDNN 9 on Ubuntu 24.04, torch's CUDA build (the compiled
+# engine), onnxruntime-gpu (CUDA and TensorRT providers), and Ubuntu 24.04's FFmpeg 6.1 — a maintained release
+# (22.04's 4.4 is not), built with NVENC/NVDEC/CUVID (nv-codec-headers): the driver's libnvcuvid/libnvidia-encode come
+# in through the `video` driver capability.
 # Jobs choose their encoder (libx264 by default; h264_nvenc/hevc_nvenc on request): H100/H200-class GPUs have NVDEC
 # but no NVENC. Needs the NVIDIA Container Toolkit on the host:
 #   docker build -f docker/worker-cuda.Dockerfile -t swapfarm/worker-cuda:0.1.0 .
@@ -10,10 +11,10 @@
 # in docker/constraints.txt (its CUDA/cuDNN major versions must match the base).
 FROM ghcr.io/astral-sh/uv:0.7.13 AS uv
 
-FROM nvidia/cuda:12.8.1-cudnn-runtime-ubuntu22.04
+FROM nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04
 
 ARG PYTHON_VERSION=3.11.13
-ARG FFMPEG_VERSION=7:4.4.2-0ubuntu0.22.04.1
+ARG FFMPEG_VERSION=7:6.1.1-3ubuntu5
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cu128
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -43,7 +44,7 @@ RUN apt-get update \
     && install -d -o swapfarm -g swapfarm /var/lib/swapfarm/work /var/lib/swapfarm/storage \
         /var/cache/swapfarm/models /var/cache/swapfarm/compile
 
-# Ubuntu 22.04 ships Python 3.10; the project needs 3.11: a pinned standalone build, installed by uv.
+# Ubuntu 24.04 ships Python 3.12; the project needs 3.11: a pinned standalone build, installed by uv.
 COPY --from=uv /uv /usr/local/bin/uv
 RUN uv python install "${PYTHON_VERSION}" \
     && ln -s "$(uv python find "${PYTHON_VERSION}")" /usr/local/bin/python3.11

@@ -1,6 +1,7 @@
 # syntax=docker/dockerfile:1
-# swapfarm ROCm worker (linux/amd64): ROCm 6.4 with MIGraphX, torch's ROCm build (the compiled engine) and ONNX
-# Runtime's MIGraphX build (the MIGraphX execution provider, AMD's successor to the ROCm provider).
+# swapfarm ROCm worker (linux/amd64): ROCm 6.4 with MIGraphX on Ubuntu 24.04, torch's ROCm build (the compiled
+# engine), ONNX Runtime's MIGraphX build (the MIGraphX execution provider, AMD's successor to the ROCm provider) and
+# Ubuntu 24.04's FFmpeg 6.1, a maintained release (22.04's 4.4 is not).
 # Run with the GPU's device files (there is no --gpus for AMD):
 #   docker build -f docker/worker-rocm.Dockerfile -t swapfarm/worker-rocm:0.1.0 .
 #   docker run --device /dev/kfd --device /dev/dri --group-add video ... swapfarm/worker-rocm:0.1.0
@@ -8,10 +9,10 @@
 # pin in docker/constraints.txt (built against a given ROCm/MIGraphX release).
 FROM ghcr.io/astral-sh/uv:0.7.13 AS uv
 
-FROM rocm/dev-ubuntu-22.04:6.4.1
+FROM rocm/dev-ubuntu-24.04:6.4.1
 
 ARG PYTHON_VERSION=3.11.13
-ARG FFMPEG_VERSION=7:4.4.2-0ubuntu0.22.04.1
+ARG FFMPEG_VERSION=7:6.1.1-3ubuntu5
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/rocm6.4
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -43,7 +44,7 @@ RUN apt-get update \
     && install -d -o swapfarm -g swapfarm /var/lib/swapfarm/work /var/lib/swapfarm/storage \
         /var/cache/swapfarm/models /var/cache/swapfarm/compile
 
-# Ubuntu 22.04 ships Python 3.10; the project needs 3.11: a pinned standalone build, installed by uv.
+# Ubuntu 24.04 ships Python 3.12; the project needs 3.11: a pinned standalone build, installed by uv.
 COPY --from=uv /uv /usr/local/bin/uv
 RUN uv python install "${PYTHON_VERSION}" \
     && ln -s "$(uv python find "${PYTHON_VERSION}")" /usr/local/bin/python3.11

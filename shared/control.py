@@ -59,18 +59,20 @@ def cancel_job(session: Session, job_id: str, default_limit: int) -> Outcome:
     return Outcome(changed=True, messages=admit(session, tenant_id, default_limit))
 
 
-def retry_job(session: Session, job_id: str, default_limit: int) -> Outcome:
+def retry_job(session: Session, job_id: str, default_limit: int, *, ttl_seconds: float | None = None) -> Outcome:
     """Run a failed job again: only its chunks that are not done are rendered again, each with a fresh attempt
     budget (``attempts`` keeps counting; the limit counts from ``attempts_at_retry``).
 
     The job waits for admission like a new one, then goes back to the step it failed in (plan, render, stitch).
+    A job past the retention time ``ttl_seconds`` is not retried, even while its files are being deleted.
     """
     tenant_id = _lock_owner(session, job_id)
     now = utcnow()
+    query = update(Job).where(Job.id == job_id, Job.status == JobStatus.FAILED, Job.expired_at.is_(None))
+    if ttl_seconds is not None:
+        query = query.where(Job.finished_at >= now - timedelta(seconds=ttl_seconds))
     moved = session.execute(
-        update(Job)
-        .where(Job.id == job_id, Job.status == JobStatus.FAILED, Job.expired_at.is_(None))
-        .values(
+        query.values(
             status=JobStatus.WAITING,
             retries=Job.retries + 1,
             attempts=0,
@@ -78,8 +80,7 @@ def retry_job(session: Session, job_id: str, default_limit: int) -> Outcome:
             error_message=None,
             finished_at=None,
             enqueued_at=now,
-        )
-        .returning(Job.retries)
+        ).returning(Job.retries)
     ).first()
     if moved is None:
         return Outcome(changed=False)
@@ -102,19 +103,28 @@ def retry_job(session: Session, job_id: str, default_limit: int) -> Outcome:
 
 
 def expire_due(session: Session, ttl_seconds: float, limit: int = 100) -> list[str]:
-    """Mark finished jobs older than the retention time as expired; returns their ids, whose files the caller
-    deletes after the commit. Marked first, deleted second: a job is never retried onto deleted inputs."""
+    """Finished jobs past the retention time whose files are not yet deleted, oldest first: the caller deletes
+    their files, then marks each one with :func:`mark_expired`. A job whose deletion fails stays due, and the next
+    sweep tries again. (Past the retention time a job is not retried: ``retry_job`` with ``ttl_seconds``.)"""
     cutoff = utcnow() - timedelta(seconds=ttl_seconds)
     due = session.scalars(
         select(Job.id)
         .where(Job.status.in_(FINISHED_JOB_STATES), Job.finished_at < cutoff, Job.expired_at.is_(None))
         .order_by(Job.finished_at)
         .limit(limit)
-        .with_for_update(skip_locked=True)
     ).all()
-    if not due:
-        return []
-    session.execute(update(Job).where(Job.id.in_(due)).values(expired_at=utcnow(), output_url=None))
-    for job_id in due:
-        record(session, job_id, EventKind.EXPIRED, message=f"files deleted after {ttl_seconds:.0f}s")
     return list(due)
+
+
+def mark_expired(session: Session, job_id: str, ttl_seconds: float) -> bool:
+    """Record that the job's files are gone (``expired: true``), once; ``True`` when this call did it."""
+    done = session.execute(
+        update(Job)
+        .where(Job.id == job_id, Job.expired_at.is_(None))
+        .values(expired_at=utcnow(), output_url=None)
+        .returning(Job.id)
+    ).first()
+    if done is None:
+        return False
+    record(session, job_id, EventKind.EXPIRED, message=f"files deleted after {ttl_seconds:.0f}s")
+    return True

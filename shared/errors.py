@@ -11,7 +11,9 @@
     │   ├── MediaLimitError           media_too_long / resolution_too_large / too_many_frames: over a limit
     │   ├── CallbackUrlError          callback_url_invalid / callback_url_forbidden: a webhook URL refused (SSRF)
     │   ├── InputUrlError             input_url_invalid / input_url_forbidden / input_missing: a referenced input
-    │   └── TooLargeError (413)       upload_too_large / source_too_large / request_too_large: over a size limit
+    │   ├── MediaFormatError          media_format_refused: not a container the farm reads (playlists, scripts)
+    │   ├── TooLargeError (413)       upload_too_large / source_too_large / request_too_large: over a size limit
+    │   └── RequestTimeoutError (408) upload_timeout: the upload stopped sending
     ├── UnauthorizedError (401)       unauthorized: no API key, or an unknown or revoked one
     ├── ForbiddenError (403)          forbidden: the key lacks the admin scope (never for another tenant's job)
     ├── NotFoundError (404)           not_found: no such job, or not yours
@@ -20,6 +22,8 @@
     │   └── WorkerNameTakenError      worker_name_taken: a worker started under the name of a live one
     ├── GoneError (410)               output_expired: the job's files were deleted after the retention time
     ├── RangeNotSatisfiableError (416) range_not_satisfiable: a Range header outside the file
+    ├── TooManyRequestsError (429)    a tenant's or key's quota: too_many_waiting_jobs, storage_quota_exceeded,
+    │                                 too_many_streams, too_many_uploads
     ├── PermanentError (500)          a failure that retrying will not fix
     │   ├── ProcessorError            processor_failed: a processor raised on the frames
     │   ├── ModelError                model_unavailable / model_hash_mismatch: a model file is missing or wrong
@@ -30,10 +34,14 @@
 
 ``RetryableError`` vs ``PermanentError`` drives the tasks' retry policy; the API maps the base class to an HTTP
 status and a JSON body ``{"error": {"code", "message"}}`` in one handler.
+
+What reaches a client (API errors, a job's or chunk's error, event messages) goes through :func:`public_message`:
+no server path, storage URL or host name. The full text stays in the logs.
 """
 
 from __future__ import annotations
 
+import re
 from typing import ClassVar
 
 
@@ -105,6 +113,17 @@ class InputUrlError(InputError):
     code = "input_url_invalid"
 
 
+class MediaFormatError(InputError):
+    """The file is not in a container the farm reads: HLS/DASH manifests, ``ffconcat`` scripts, raw streams."""
+
+    code = "media_format_refused"
+
+
+class RequestTimeoutError(InputError):
+    code = "upload_timeout"
+    http_status = 408
+
+
 class UnauthorizedError(SwapfarmError):
     code = "unauthorized"
     http_status = 401
@@ -149,6 +168,13 @@ class RangeNotSatisfiableError(SwapfarmError):
         self.size = size
 
 
+class TooManyRequestsError(SwapfarmError):
+    """Over a quota of the tenant or the key; ``code`` says which. Retrying later may succeed."""
+
+    code = "quota_exceeded"
+    http_status = 429
+
+
 class PermanentError(SwapfarmError):
     code = "permanent_error"
 
@@ -181,3 +207,30 @@ class ServiceUnavailableError(RetryableError):
 
 class LeaseLostError(RetryableError):
     code = "lease_lost"
+
+
+# -- what clients see -------------------------------------------------------------------------------------------
+
+_URL = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://\S+")
+_PATH = re.compile(r"(?<![\w.:/-])(?:/[^\s/'\",:;()\[\]|]+)+/?")
+
+
+def public_message(text: str) -> str:
+    """``text`` without what a client must not learn about the servers: URLs (storage, database, broker) become
+    ``<url>``, absolute paths their last part, and this machine's host name ``<host>``.
+
+    >>> public_message("cannot open file:///srv/storage/jobs/42/input/target.mp4: /tmp/swapfarm-upload-x/target-0 bad")
+    'cannot open <url> target-0 bad'
+    """
+    text = _URL.sub("<url>", text)
+    text = _PATH.sub(lambda m: m.group(0).rstrip("/").rsplit("/", 1)[-1] or "<path>", text)
+    host = _hostname()
+    if len(host) > 2:
+        text = re.sub(rf"(?<![\w.-]){re.escape(host)}(?![\w-])", "<host>", text)
+    return text
+
+
+def _hostname() -> str:
+    import socket
+
+    return socket.gethostname()

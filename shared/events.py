@@ -13,6 +13,7 @@ from enum import StrEnum
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from shared.errors import public_message
 from shared.models import JobEvent, utcnow
 
 
@@ -41,6 +42,9 @@ class EventKind(StrEnum):
     # -- recovery: what the reaper and the senders saw of the broker ----------------------------------------------
     BROKER_UNREACHABLE = "broker_unreachable"  # the broker did not answer; the job's queued work waits for it
     RESENT = "resent"  # the broker no longer held the job's messages (lost, or never sent): sent again
+    # Something made the job worse without failing it (``error_code`` says what): a frame timing that could not be
+    # kept, a GPU that fell back to the CPU, a source image with several faces … Recorded once per job and code.
+    WARNING = "warning"
 
 
 # A job whose latest event of these is a recovery one (and not yet a step that started since) is recovering: its
@@ -74,9 +78,22 @@ def record(
             attempt=attempt,
             worker=worker,
             error_code=error_code,
-            message=message[:2000],
+            message=public_message(message)[:2000],
         )
     )
+
+
+def warn(session: Session, job_id: str, code: str, message: str) -> bool:
+    """Record a ``warning`` event with ``code`` unless the job already has one; ``True`` when recorded."""
+    seen = session.scalar(
+        select(JobEvent.id)
+        .where(JobEvent.job_id == job_id, JobEvent.kind == EventKind.WARNING, JobEvent.error_code == code)
+        .limit(1)
+    )
+    if seen is not None:
+        return False
+    record(session, job_id, EventKind.WARNING, error_code=code, message=message)
+    return True
 
 
 def after(session: Session, job_id: str, after_id: int = 0, limit: int = 100) -> Sequence[JobEvent]:

@@ -26,7 +26,7 @@ from sqlalchemy import case, func, select, update
 from sqlalchemy.orm import Session
 
 from shared import webhooks
-from shared.errors import InputError, LeaseLostError, SwapfarmError
+from shared.errors import InputError, LeaseLostError, SwapfarmError, public_message
 from shared.events import RECOVERY_EVENTS, START_EVENTS, EventKind, record
 from shared.models import Chunk, Job, JobEvent, utcnow
 from shared.options import JobOptions
@@ -61,6 +61,7 @@ def create_job(
     idempotency_key: str | None = None,
     request_hash: str | None = None,
     callback_url: str | None = None,
+    stored_bytes: int = 0,
 ) -> Job:
     """Insert a job: ``queued`` when it has no tenant, else ``waiting`` for admission (``shared.admission``).
 
@@ -83,6 +84,7 @@ def create_job(
         media=media,
         enqueued_at=utcnow(),
         callback_url=callback_url,
+        stored_bytes=stored_bytes,
     )
     session.add(job)
     session.flush()
@@ -299,7 +301,7 @@ def fail_chunk(session: Session, claim: ChunkClaim, error: SwapfarmError, max_at
     chunk = session.get(Chunk, claim.chunk_id, with_for_update=True)
     if chunk is None or chunk.lease_token != claim.token or chunk.status != ChunkStatus.RUNNING:
         return FailOutcome(retry=False, job_failed=False)
-    chunk.error_code, chunk.error_message = error.code, error.message
+    chunk.error_code, chunk.error_message = error.code, public_message(error.message)
     chunk.lease_token, chunk.lease_expires_at = None, None
     final = isinstance(error, InputError) or chunk.attempts - chunk.attempts_at_retry >= max_attempts
     record(
@@ -384,7 +386,7 @@ def fail_job(session: Session, job_id: str, code: str, message: str) -> bool:
         .values(
             status=JobStatus.FAILED,
             error_code=code,
-            error_message=message,
+            error_message=public_message(message),
             finished_at=utcnow(),
             lease_token=None,
             lease_expires_at=None,

@@ -1,22 +1,67 @@
 """Media probing with ffprobe: what the file is, and where each video frame sits in time.
 
 The API uses :func:`probe` to refuse what is not a video before anything is stored; the planner uses
-:func:`frame_times` to cut frame-exact chunks without decoding.
+:func:`scan_frames` to cut frame-exact chunks without decoding.
+
+Every read of a user's file names the demuxers it may use (:data:`TARGET_DEMUXERS`, plain media containers) and
+the protocols (``file`` and ``pipe``): playlists and scripts that open other files — HLS, DASH, ``ffconcat`` — are
+refused before they open anything, whatever the file is called. Once probed, a target is read with its demuxer
+forced (:func:`input_args`), so no later reader can pick another one.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 import subprocess
+import threading
 from dataclasses import asdict, dataclass
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from shared.errors import FfmpegError, MediaLimitError, NotAVideoError, UnreadableMediaError
+from shared.errors import FfmpegError, MediaFormatError, MediaLimitError, NotAVideoError, UnreadableMediaError
+from shared.images import ImageHeader, read_header
+from shared.processes import StderrTail, child_env
 
 FFPROBE = "ffprobe"
+
+# The container families a render farm accepts, by their demuxers' first names (FFmpeg matches a whitelist entry
+# against any of a demuxer's names: "mov" admits "mov,mp4,m4a,3gp,3g2,mj2"), and the extension each is stored with.
+TARGET_DEMUXERS: tuple[str, ...] = ("mov", "matroska", "avi", "mpegts")
+EXTENSIONS = {"mov": ".mp4", "matroska": ".mkv", "avi": ".avi", "mpegts": ".ts"}
+# Single-image readers: probed too, so that a picture sent as the target is named as such; they open no other file.
+_IMAGE_DEMUXERS: tuple[str, ...] = (
+    "image2", "png_pipe", "jpeg_pipe", "webp_pipe", "bmp_pipe", "tiff_pipe", "gif", "apng",
+)  # fmt: skip
+PROTOCOLS = "file,pipe"
+# Frame rates outside this range are no video's (a broken or hostile header): refused.
+MIN_FPS, MAX_FPS = Fraction(1, 10), Fraction(1000)
+_REFUSED_FORMAT = re.compile(r"Format not on whitelist|Protocol '[^']*' not on whitelist|Unsafe file name")
+
+
+def demuxer_of(container: str) -> str:
+    """The demuxer to force for a probed ``format_name`` (``mov,mp4,m4a,3gp,3g2,mj2`` → ``mov``).
+
+    Raises:
+        MediaFormatError: the container is not one the farm reads.
+    """
+    first = container.split(",")[0]
+    if first not in TARGET_DEMUXERS:
+        raise MediaFormatError(f"the container {first or 'of the file'!r} is not one the farm reads")
+    return first
+
+
+def input_args(path: Path, demuxer: str | None = None, allowed: tuple[str, ...] = TARGET_DEMUXERS) -> list[str]:
+    """ffmpeg/ffprobe options that open ``path`` as a plain local file with one of the ``allowed`` demuxers
+    (``demuxer`` forced when given), ending with ``-i``.
+
+    >>> input_args(Path("/in/target.mp4"), "mov")[-4:]
+    ['-f', 'mov', '-i', 'file:/in/target.mp4']
+    """
+    forced = ["-f", demuxer] if demuxer else []
+    return ["-protocol_whitelist", PROTOCOLS, "-format_whitelist", ",".join(allowed), *forced, "-i", f"file:{path}"]
 
 
 @dataclass(frozen=True)
@@ -38,6 +83,16 @@ class MediaInfo:
     def fps_value(self) -> float:
         return float(Fraction(self.fps))
 
+    @property
+    def demuxer(self) -> str:
+        """The demuxer every reader of the file forces (see :func:`demuxer_of`)."""
+        return demuxer_of(self.container)
+
+    @property
+    def extension(self) -> str:
+        """The extension the file is stored with, chosen from its probed container."""
+        return EXTENSIONS[self.demuxer]
+
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -49,84 +104,139 @@ class MediaInfo:
 # FFmpeg refuses frames past its own size limit (about 16k x 16k) while reading the header; depending on the
 # container the probe then fails or reports no size. Either way the file is too large, which is worth saying.
 _INVALID_SIZE = re.compile(r"Picture size (\d+)x(\d+) is invalid")
+PROBE_TIMEOUT = 120.0
 
 
-def _run_ffprobe(args: list[str]) -> str:
+def _run_ffprobe(args: list[str], timeout: float = PROBE_TIMEOUT) -> str:
     """ffprobe's output.
 
     Raises:
+        MediaFormatError: the file is a format outside the whitelist the arguments name.
         MediaLimitError: ``resolution_too_large``: the file declares frames larger than FFmpeg decodes.
         UnreadableMediaError: ffprobe cannot read the file.
     """
     try:
-        done = subprocess.run([FFPROBE, "-v", "error", *args], capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [FFPROBE, "-v", "error", *args], capture_output=True, text=True, timeout=timeout, env=child_env()
+        )
     except FileNotFoundError as exc:
         raise FfmpegError("ffprobe is not installed", code="ffmpeg_missing") from exc
     except subprocess.TimeoutExpired as exc:
         raise UnreadableMediaError("ffprobe timed out reading the file") from exc
-    if oversized := _INVALID_SIZE.search(done.stderr):
+    _check_stderr(done.stderr)
+    if done.returncode != 0:
+        raise UnreadableMediaError("not a readable media file")
+    return done.stdout
+
+
+def _check_stderr(stderr: str) -> None:
+    if _REFUSED_FORMAT.search(stderr):
+        raise MediaFormatError(
+            "the file is not a plain media file the farm reads (MP4/MOV, Matroska/WebM, AVI or MPEG-TS); "
+            "playlists, manifests and scripts that name other files are refused"
+        )
+    if oversized := _INVALID_SIZE.search(stderr):
         width, height = oversized.groups()
         raise MediaLimitError(
             f"the file declares frames of {width}x{height}, larger than can be decoded", code="resolution_too_large"
         )
-    if done.returncode != 0:
-        raise UnreadableMediaError(f"not a readable media file ({done.stderr.strip()[-300:] or 'no details'})")
-    return done.stdout
+
+
+def _number(value: Any) -> float | None:
+    """A finite number from ffprobe's JSON (which writes numbers as strings), else ``None``."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
 
 
 def _rotation(stream: dict[str, Any]) -> int:
+    """The rotation the stream declares, in degrees.
+
+    Raises:
+        UnreadableMediaError: ``media_metadata_invalid``: the rotation is not a number.
+    """
     for side in stream.get("side_data_list", []):
         if "rotation" in side:
-            return int(round(float(side["rotation"]))) % 360
+            degrees = _number(side["rotation"])
+            if degrees is None:
+                raise UnreadableMediaError("the video's rotation is not a number", code="media_metadata_invalid")
+            return int(round(degrees)) % 360
     tag = stream.get("tags", {}).get("rotate")
-    return int(tag) % 360 if tag else 0
+    if not tag:
+        return 0
+    degrees = _number(tag)
+    if degrees is None:
+        raise UnreadableMediaError("the video's rotation tag is not a number", code="media_metadata_invalid")
+    return int(round(degrees)) % 360
 
 
 def _rate(value: str | None) -> Fraction | None:
+    """A frame rate within :data:`MIN_FPS` … :data:`MAX_FPS`, or ``None`` (unset, zero, negative, absurd)."""
     if not value or value in {"0/0", "0/1"}:
         return None
     try:
         rate = Fraction(value)
     except (ValueError, ZeroDivisionError):
         return None
-    return rate if rate > 0 else None
+    return rate if MIN_FPS <= rate <= MAX_FPS else None
 
 
-def probe(path: Path) -> MediaInfo:
-    """Describe the first video stream of ``path``.
+def probe(path: Path, demuxer: str | None = None) -> MediaInfo:
+    """Describe the first video stream of ``path``, read with ``demuxer`` (forced) or one of the whitelist's.
 
     Raises:
-        UnreadableMediaError: ffprobe cannot read the file at all.
-        NotAVideoError: the file has no video stream (audio only, or a still image format).
+        MediaFormatError: ``media_format_refused``: not a container the farm reads (a playlist, a script …).
+        UnreadableMediaError: ffprobe cannot read the file at all, or its metadata is nonsense
+            (``media_metadata_invalid``: a rotation that is not a number; ``media_duration_invalid``).
+        NotAVideoError: the file has no video stream (audio only, or a still image), or no usable frame rate
+            (``media_rate_invalid``: none, zero, or outside 0.1–1000 fps).
         MediaLimitError: ``resolution_too_large``: its frames are larger than FFmpeg decodes.
     """
-    out = _run_ffprobe(["-show_format", "-show_streams", "-of", "json", str(path)])
-    data = json.loads(out or "{}")
+    allowed = (demuxer,) if demuxer else TARGET_DEMUXERS + _IMAGE_DEMUXERS
+    out = _run_ffprobe(["-show_format", "-show_streams", "-of", "json", *input_args(path, demuxer, allowed)])
+    try:
+        data = json.loads(out or "{}")
+    except json.JSONDecodeError as exc:
+        raise UnreadableMediaError("not a readable media file") from exc
     streams: list[dict[str, Any]] = data.get("streams", [])
     fmt: dict[str, Any] = data.get("format", {})
+    container = str(fmt.get("format_name", ""))
+    if container.split(",")[0] in _IMAGE_DEMUXERS:
+        raise NotAVideoError(f"the target is an image ({container}), not a video")
+    demuxer_of(container)  # the whitelist admitted it; this names the one the workers force
     video = next(
         (s for s in streams if s.get("codec_type") == "video" and not s.get("disposition", {}).get("attached_pic")),
         None,
     )
     if video is None:
         raise NotAVideoError("the target has no video stream")
-    if fmt.get("format_name", "") in {"image2", "png_pipe", "jpeg_pipe", "webp_pipe", "bmp_pipe", "gif"}:
-        raise NotAVideoError(f"the target is an image ({fmt.get('format_name')}), not a video")
-    width, height = int(video.get("width") or 0), int(video.get("height") or 0)
+    width, height = int(_number(video.get("width")) or 0), int(_number(video.get("height")) or 0)
     if width <= 0 or height <= 0:
         raise NotAVideoError("the video stream has no frame size")
     rotation = _rotation(video)
     if rotation in (90, 270):
         width, height = height, width
-    duration = float(video.get("duration") or fmt.get("duration") or 0.0)
+    duration = _number(video.get("duration"))
+    if duration is None:
+        duration = _number(fmt.get("duration"))
+    if duration is not None and duration < 0:
+        raise UnreadableMediaError("the video declares a negative duration", code="media_duration_invalid")
+    duration = duration or 0.0
     nb_frames = int(video["nb_frames"]) if str(video.get("nb_frames", "")).isdigit() else None
     rate = _rate(video.get("avg_frame_rate")) or _rate(video.get("r_frame_rate"))
+    if rate is None and nb_frames and duration > 0:
+        rate = _rate(str(Fraction(nb_frames / duration).limit_denominator(1001)))
     if rate is None:
-        if nb_frames and duration > 0:
-            rate = Fraction(nb_frames / duration).limit_denominator(1001)
-        else:
-            raise NotAVideoError("the video stream has no frame rate")
+        raise NotAVideoError(
+            f"the video stream has no usable frame rate (between {float(MIN_FPS):g} and {float(MAX_FPS):g} fps)",
+            code="media_rate_invalid",
+        )
     audio = next((s for s in streams if s.get("codec_type") == "audio"), None)
+    start = _number(fmt.get("start_time"))
+    if start is None:
+        start = _number(video.get("start_time"))
     return MediaInfo(
         width=width,
         height=height,
@@ -136,66 +246,177 @@ def probe(path: Path) -> MediaInfo:
         video_codec=str(video.get("codec_name", "")),
         pix_fmt=str(video.get("pix_fmt", "")),
         rotation=rotation,
-        start_time=float(fmt.get("start_time") or video.get("start_time") or 0.0),
+        start_time=start or 0.0,
         has_audio=audio is not None,
         audio_codec=str(audio.get("codec_name")) if audio else None,
-        container=str(fmt.get("format_name", "")),
+        container=container,
     )
 
 
-def frame_times(path: Path, *, declared: int | None = None) -> list[float]:
-    """Presentation times (seconds) of every video frame, in display order; see :func:`frame_index`."""
-    return frame_index(path, declared=declared)[0]
+@dataclass(frozen=True)
+class FrameScan:
+    """The video frames of a file as its packets give them (see :func:`scan_frames`)."""
+
+    times: list[float]  # presentation times (seconds) in display order
+    keyframes: list[int]  # display indices of the keyframes
+    untimed: int = 0  # packets without a presentation time: every frame was timed by its decode time instead
+    dropped: int = 0  # packets without any time: left out
+
+    @property
+    def span(self) -> float:
+        """Seconds from the first frame to the last."""
+        return self.times[-1] - self.times[0] if self.times else 0.0
 
 
-def frame_index(path: Path, *, declared: int | None = None) -> tuple[list[float], list[int]]:
+def frame_times(path: Path, *, declared: int | None = None, demuxer: str | None = None) -> list[float]:
+    """Presentation times (seconds) of every video frame, in display order; see :func:`scan_frames`."""
+    return scan_frames(path, declared=declared, demuxer=demuxer).times
+
+
+def frame_index(
+    path: Path, *, declared: int | None = None, demuxer: str | None = None
+) -> tuple[list[float], list[int]]:
+    """Presentation times of every video frame and the keyframes' display indices; see :func:`scan_frames`."""
+    scan = scan_frames(path, declared=declared, demuxer=demuxer)
+    return scan.times, scan.keyframes
+
+
+SCAN_TIMEOUT = 1800.0
+
+
+def scan_frames(
+    path: Path,
+    *,
+    declared: int | None = None,
+    demuxer: str | None = None,
+    max_frames: int | None = None,
+    max_seconds: float | None = None,
+) -> FrameScan:
     """Presentation times (seconds) of every video frame in display order, and the display indices of the
-    keyframes (where decoding can start), read from packets (no decoding).
+    keyframes (where decoding can start), read from packets (no decoding) — what the file holds, whatever its
+    header says.
 
-    Packets the demuxer marks as discarded (before an edit list's start) are not frames of the video.
-    ``declared`` is the frame count the header states (``MediaInfo.frame_count``): a file with fewer packets
-    than that ends early — a truncated upload, whose header still describes the whole video.
+    ffprobe's packet lines are read as they come and counted: past ``max_frames`` frames or ``max_seconds`` of
+    frames the scan stops at once, so a hostile file costs the scan no more than the limits. Packets the demuxer
+    marks as discarded (before an edit list's start) are not frames of the video. When some packets carry no
+    presentation time (AVI with B-frames), every frame is timed by its decode time instead (``untimed``); a packet
+    with no time at all is left out (``dropped``). ``declared`` is the frame count the header states: a file with
+    fewer packets than that ends early — a truncated upload, whose header still describes the whole video.
 
     Raises:
         UnreadableMediaError: ``media_truncated``: fewer packets than ``declared``.
+        MediaLimitError: ``too_many_frames`` / ``media_too_long``: the file holds more than a limit.
+        MediaFormatError: the file is not in the whitelisted containers.
     """
-    out = _run_ffprobe(
-        ["-select_streams", "v:0", "-show_entries", "packet=pts_time,flags", "-of", "csv=p=0", str(path)]
-    )
-    lines = [line for line in out.splitlines() if line.strip()]
-    if declared is not None and len(lines) < declared:
+    args = [FFPROBE, "-v", "error", "-select_streams", "v:0", "-show_entries", "packet=pts_time,dts_time,flags",
+            "-of", "csv=p=0", *input_args(path, demuxer, (demuxer,) if demuxer else TARGET_DEMUXERS)]  # fmt: skip
+    try:
+        proc = subprocess.Popen(
+            args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=child_env()
+        )
+    except FileNotFoundError as exc:
+        raise FfmpegError("ffprobe is not installed", code="ffmpeg_missing") from exc
+    assert proc.stdout is not None and proc.stderr is not None
+    stderr = StderrTail(proc.stderr, name="ffprobe-stderr")
+    timer = threading.Timer(SCAN_TIMEOUT, proc.kill)
+    timer.daemon = True
+    timer.start()
+    packets: list[tuple[float | None, float | None, bool]] = []
+    discarded = 0
+    low, high = math.inf, -math.inf
+    try:
+        for raw in proc.stdout:
+            line = raw.decode(errors="replace").strip()
+            if not line:
+                continue
+            pts_text, dts_text, flags = (line.split(",") + ["", "", ""])[:3]
+            if "D" in flags:
+                discarded += 1  # counted against the header, but not a frame
+                continue
+            pts, dts = _number(pts_text), _number(dts_text)
+            packets.append((pts, dts, "K" in flags))
+            if max_frames is not None and len(packets) > max_frames:
+                raise MediaLimitError(
+                    f"the video holds more than {max_frames} frames, the limit", code="too_many_frames"
+                )
+            moment = pts if pts is not None else dts
+            if moment is not None:
+                low, high = min(low, moment), max(high, moment)
+                if max_seconds is not None and high - low > max_seconds:
+                    raise MediaLimitError(
+                        f"the video holds more than {max_seconds:.0f}s of frames, the limit", code="media_too_long"
+                    )
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        code = proc.wait()
+        timer.cancel()
+        proc.stdout.close()
+    _check_stderr(stderr.text())
+    if code != 0 and not packets:
+        raise UnreadableMediaError("not a readable media file")
+    if declared is not None and len(packets) + discarded < declared:
         raise UnreadableMediaError(
-            f"the file ends after {len(lines)} of the {declared} frames its header declares (truncated?)",
+            f"the file ends after {len(packets) + discarded} of the {declared} frames its header declares (truncated?)",
             code="media_truncated",
         )
-    packets: list[tuple[float, bool]] = []
-    for line in lines:
-        pts, _, flags = line.partition(",")
-        if not pts or pts == "N/A" or "D" in flags:
+    return _index(packets)
+
+
+def _index(packets: list[tuple[float | None, float | None, bool]]) -> FrameScan:
+    untimed = sum(1 for pts, _, _ in packets if pts is None)
+    by_decode = untimed > 0  # one clock for every frame: mixing the two would misplace the ones with both
+    timed: list[tuple[float, bool]] = []
+    dropped = 0
+    for pts, dts, key in packets:
+        moment = dts if by_decode else pts
+        if moment is None:
+            dropped += 1
             continue
-        packets.append((float(pts), "K" in flags))
-    packets.sort()
-    return [t for t, _ in packets], [i for i, (_, key) in enumerate(packets) if key]
+        timed.append((moment, key))
+    timed.sort()
+    return FrameScan(
+        times=[t for t, _ in timed],
+        keyframes=[i for i, (_, key) in enumerate(timed) if key],
+        untimed=untimed,
+        dropped=dropped,
+    )
 
 
-_IMAGE_CODECS = frozenset({"mjpeg", "png", "webp", "bmp", "tiff", "jpeg2000", "jpegls"})
+_IMAGE_CODECS = frozenset({"mjpeg", "png", "webp", "bmp", "tiff"})
 
 
-def probe_image(path: Path, label: str) -> None:
-    """Check that ``path`` is a still image (JPEG, PNG, WebP, BMP, TIFF).
+def probe_image(path: Path, label: str, *, max_pixels: int | None = None) -> ImageHeader:
+    """Check that ``path`` is one still image (JPEG, PNG, WebP, BMP, TIFF) of at most ``max_pixels`` pixels.
+
+    The size comes from the header (:func:`shared.images.read_header`) and is checked before anything decodes
+    the image; ffprobe then reads it with the header's single-image demuxer forced and counts its packets.
 
     Raises:
-        SourceImageError: ffprobe cannot read it, or it is not a single still image.
+        SourceImageError: not a readable still image (``source_invalid``), or more pixels than ``max_pixels``
+            (``source_resolution_too_large``).
     """
     from shared.errors import SourceImageError
 
+    header = read_header(path)
+    if header is None:
+        raise SourceImageError(f"{label} is not a still image (JPEG, PNG, WebP, BMP or TIFF)")
+    if max_pixels is not None and header.pixels > max_pixels:
+        raise SourceImageError(
+            f"{label} declares {header.width}x{header.height} pixels; the limit is {max_pixels} pixels",
+            code="source_resolution_too_large",
+        )
+    args = ["-count_packets", "-show_streams", "-of", "json", *input_args(path, header.demuxer, (header.demuxer,))]
     try:
-        out = _run_ffprobe(["-show_streams", "-show_format", "-of", "json", str(path)])
-    except (UnreadableMediaError, MediaLimitError) as exc:  # a source is readable or it is not: one code for both
+        out = _run_ffprobe(args)
+        data = json.loads(out or "{}")
+    except (UnreadableMediaError, MediaLimitError, MediaFormatError, json.JSONDecodeError) as exc:
         raise SourceImageError(f"{label} is not a readable image") from exc
-    data = json.loads(out or "{}")
     streams = [s for s in data.get("streams", []) if s.get("codec_type") == "video"]
     if len(streams) != 1 or streams[0].get("codec_name") not in _IMAGE_CODECS:
         raise SourceImageError(f"{label} is not a still image")
-    if int(streams[0].get("width") or 0) <= 0:
+    if str(streams[0].get("nb_read_packets")) != "1":
+        raise SourceImageError(f"{label} holds several images; a source is one still image")
+    if int(_number(streams[0].get("width")) or 0) <= 0:
         raise SourceImageError(f"{label} has no pixels")
+    return header

@@ -67,6 +67,8 @@ class Tenant(Base):
     # None: the farm's default (``max_running_jobs_per_tenant``)
     max_running_jobs: Mapped[int | None] = mapped_column(Integer, default=None)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    # When a worker last took a chunk of this tenant's: fair share serves the tenant waiting longest first
+    last_served_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
 
 
 class ApiKey(Base):
@@ -90,6 +92,7 @@ class Job(Base):
         # Two requests with one Idempotency-Key make one job, however they interleave.
         UniqueConstraint("tenant_id", "idempotency_key", name="uq_jobs_tenant_idempotency_key"),
         Index("ix_jobs_tenant_created", "tenant_id", "created_at", "id"),
+        Index("ix_jobs_tenant_status", "tenant_id", "status"),
     )
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
@@ -100,6 +103,8 @@ class Job(Base):
     request_hash: Mapped[str | None] = mapped_column(String(64), default=None)
     retries: Mapped[int] = mapped_column(Integer, default=0)  # explicit retries asked for by the user
     expired_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)  # files deleted by the reaper
+    # Bytes of the job's inputs and output in storage, counted against the tenant's quota until they expire
+    stored_bytes: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
     status: Mapped[str] = mapped_column(String(16), default=JobStatus.QUEUED, index=True)
     options: Mapped[dict[str, Any]] = mapped_column(JSON)
     target_url: Mapped[str] = mapped_column(Text)

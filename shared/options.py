@@ -6,9 +6,9 @@ from the same ``Literal`` types (``choices(Detector)``), and workers re-validate
 
 from __future__ import annotations
 
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 ProcessorName = Literal["passthrough", "face_swapper", "face_enhancer", "face_blur", "face_debugger"]
 Detector = Literal["yunet", "scrfd", "retinaface", "yolo_face"]
@@ -46,6 +46,11 @@ class EncoderOptions(BaseModel):
         return round(51 - self.quality * 0.51)
 
 
+# Every number a job can set is bounded: a hostile value must not cost the farm more than a sensible one.
+Percent = Annotated[int, Field(ge=0, le=100)]
+MAX_PROCESSORS = len(get_args(ProcessorName))  # each at most once
+
+
 class FaceOptions(BaseModel):
     """Options of the face processors; ``preset`` fills what the caller leaves unset."""
 
@@ -61,7 +66,9 @@ class FaceOptions(BaseModel):
     enhancer_blend: int = Field(80, ge=0, le=100)
     codeformer_weight: float = Field(0.5, ge=0.0, le=1.0)
     mask_blur: float = Field(0.3, ge=0.0, le=1.0)
-    mask_padding: tuple[int, int, int, int] = (0, 0, 0, 0)
+    mask_padding: tuple[Percent, Percent, Percent, Percent] = Field(
+        (0, 0, 0, 0), description="Top, right, bottom, left of the crop cut from the mask, in percent"
+    )
     blur_strength: float = Field(0.5, gt=0.0, le=1.0, description="face_blur kernel, relative to face size")
 
 
@@ -79,7 +86,9 @@ class JobOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    processors: list[ProcessorName] = Field(default_factory=lambda: _DEFAULT_PROCESSORS.copy(), min_length=1)
+    processors: list[ProcessorName] = Field(
+        default_factory=lambda: _DEFAULT_PROCESSORS.copy(), min_length=1, max_length=MAX_PROCESSORS
+    )
     preset: QualityPreset = "fast"
     chunk_frames: int | None = Field(
         None, ge=1, le=100_000, description="Frames per chunk; default: about ten seconds of video"
@@ -87,6 +96,14 @@ class JobOptions(BaseModel):
     family: AcceleratorFamily | Literal["any"] = "any"
     encoder: EncoderOptions = Field(default_factory=EncoderOptions)
     face: FaceOptions = Field(default_factory=FaceOptions)
+
+    @field_validator("processors")
+    @classmethod
+    def _once_each(cls, processors: list[ProcessorName]) -> list[ProcessorName]:
+        repeated = sorted({name for name in processors if processors.count(name) > 1})
+        if repeated:
+            raise ValueError(f"each processor at most once; repeated: {', '.join(repeated)}")
+        return processors
 
     @model_validator(mode="after")
     def _apply_preset(self) -> JobOptions:

@@ -1,13 +1,17 @@
-"""Bringing a database to the newest schema with Alembic (the only thing that changes the schema)."""
+"""Bringing a database to the newest schema with Alembic (the only thing that changes the schema), and the rights
+of the workers' database role on it."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
+from sqlalchemy import text
 
 import migrations
+from shared.db import engine_for
 
 
 def alembic_config(database_url: str) -> Config:
@@ -19,3 +23,41 @@ def alembic_config(database_url: str) -> Config:
 
 def upgrade(database_url: str, revision: str = "head") -> None:
     command.upgrade(alembic_config(database_url), revision)
+
+
+# What the workers' role may do (least privilege): read and change jobs, chunks and their events, read tenants and
+# take their admission lock (FOR NO KEY UPDATE needs UPDATE), mark when a tenant was served, write a job's webhook
+# event when it ends and record its deliveries, announce themselves for the console's workers page. Never the API
+# keys or the console's sessions.
+WORKER_GRANTS: dict[str, str] = {
+    "jobs": "SELECT, UPDATE",
+    "chunks": "SELECT, INSERT, UPDATE",
+    "job_events": "SELECT, INSERT",
+    "tenants": "SELECT, UPDATE",
+    "webhook_deliveries": "SELECT, INSERT, UPDATE",
+    "workers": "SELECT, INSERT, UPDATE",
+}
+WORKER_SEQUENCES = ("job_events_id_seq",)
+NO_ACCESS = ("api_keys", "ui_sessions", "alembic_version")
+_ROLE = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+
+
+def grant_worker_role(database_url: str, role: str) -> None:
+    """Give the (existing) Postgres role ``role`` the workers' rights, and nothing on the API keys.
+
+    Run after every upgrade, as the tables' owner: a new table is nobody's until granted here.
+
+    Raises:
+        ValueError: ``role`` is not a plain lower-case identifier.
+    """
+    if not _ROLE.fullmatch(role):
+        raise ValueError(f"not a role name: {role!r}")
+    with engine_for(database_url).begin() as conn:
+        conn.execute(text(f'GRANT USAGE ON SCHEMA public TO "{role}"'))
+        for table in NO_ACCESS:
+            conn.execute(text(f'REVOKE ALL ON TABLE "{table}" FROM "{role}"'))
+        for table, rights in WORKER_GRANTS.items():
+            conn.execute(text(f'REVOKE ALL ON TABLE "{table}" FROM "{role}"'))
+            conn.execute(text(f'GRANT {rights} ON TABLE "{table}" TO "{role}"'))
+        for sequence in WORKER_SEQUENCES:
+            conn.execute(text(f'GRANT USAGE, SELECT ON SEQUENCE "{sequence}" TO "{role}"'))

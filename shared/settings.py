@@ -52,6 +52,27 @@ class Settings(BaseSettings):
     )
     events_poll_seconds: float = Field(0.5, gt=0, description="How often the event stream looks for news")
 
+    # Hostile input, bounded work and fair share: what one tenant or one file may cost the farm
+    max_source_pixels: int = Field(
+        50_000_000, gt=0, description="Largest source image (width x height), checked from its header before decoding"
+    )
+    max_chunks_per_job: int = Field(
+        1000, ge=1, description="Most chunks a job is cut into; the planner widens its chunks to stay under it"
+    )
+    min_chunk_frames: int = Field(8, ge=1, description="Fewest frames in a chunk (but the video's last)")
+    chunk_stall_seconds: float = Field(
+        120.0, gt=0, description="A chunk whose decoder or encoder makes no progress for this long is stopped"
+    )
+    max_streams_per_key: int = Field(4, ge=1, description="Event streams open at once per API key (per API process)")
+    max_uploads_per_key: int = Field(4, ge=1, description="Submissions uploading at once per API key (per API process)")
+    upload_read_timeout_seconds: float = Field(
+        60.0, gt=0, description="An upload that sends nothing for this long is ended (408)"
+    )
+    max_waiting_jobs_per_tenant: int = Field(200, ge=1, description="Jobs of one tenant waiting for a place at once")
+    max_stored_bytes_per_tenant: int = Field(
+        1024**4, gt=0, description="Bytes of inputs and outputs one tenant keeps stored (jobs not yet expired)"
+    )
+
     # Client (``swapfarm submit|status|list|cancel|retry|download``)
     api_url: str = Field("http://127.0.0.1:8000", description="The farm's API, for the CLI client")
     api_key: SecretStr | None = Field(None, description="The CLI client's API key")

@@ -4,15 +4,19 @@ The API and ``swapfarm run`` both submit through :func:`submit`, so a job is acc
 way. Nothing is stored for a refused job: inputs are validated from local files before the first upload, and a
 failure after that removes what was written.
 
-A tenant's job enters ``waiting`` and is admitted in the same transaction when the tenant is under its limit
-(``shared.admission``). With an idempotency key, the tenant's unique ``(tenant, key)`` constraint decides which of
-two racing requests creates the job; the other answers with that job, or with a conflict when its request differs.
+Stored files get names the server chooses: ``target`` with the extension of the container ffprobe found (only
+whitelisted ones, see ``shared.media``), ``source-<i>`` with the extension of the image format its header shows.
+The client's file name is a label only.
+
+A tenant's job is refused with a 429 when the tenant is at a quota (``shared.quotas``); else it enters ``waiting``
+and is admitted in the same transaction when the tenant is under its limit (``shared.admission``). With an
+idempotency key, the tenant's unique ``(tenant, key)`` constraint decides which of two racing requests creates the
+job; the other answers with that job, or with a conflict when its request differs.
 """
 
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,8 +25,8 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from shared import jobs
-from shared.admission import admit
+from shared import jobs, quotas
+from shared.admission import admit, lock_tenant
 from shared.db import session_scope
 from shared.dispatch import Dispatcher, send_all
 from shared.errors import IdempotencyConflictError, InvalidOptionsError, MediaLimitError
@@ -30,6 +34,7 @@ from shared.events import EventKind, record
 from shared.media import MediaInfo, probe, probe_image
 from shared.models import Job, new_id
 from shared.options import JobOptions
+from shared.settings import Settings
 from shared.storage import Storage
 from shared.tasks import CONTROL_QUEUE, DEFAULT_PRIORITY, PLAN, JobPayload, Message
 
@@ -46,10 +51,21 @@ class Upload:
 
 @dataclass(frozen=True)
 class Owner:
-    """The tenant a job belongs to, and its limit of jobs running at once when the tenant row sets none."""
+    """The tenant a job belongs to, its limit of jobs running at once when the tenant row sets none, and its
+    quotas (none: no quota)."""
 
     tenant_id: str
     default_limit: int
+    quotas: quotas.Quotas | None = None
+
+    @classmethod
+    def of(cls, settings: Settings, tenant_id: str) -> Owner:
+        """The tenant's owner record with the farm's default limit and quotas."""
+        return cls(
+            tenant_id=tenant_id,
+            default_limit=settings.max_running_jobs_per_tenant,
+            quotas=quotas.Quotas(settings.max_waiting_jobs_per_tenant, settings.max_stored_bytes_per_tenant),
+        )
 
 
 @dataclass(frozen=True)
@@ -65,6 +81,17 @@ class MediaLimits:
     max_duration_seconds: float
     max_frame_pixels: int
     max_frames: int
+    max_source_pixels: int | None = None
+
+    @classmethod
+    def of(cls, settings: Settings) -> MediaLimits:
+        """The limits every submission is checked against (duration, frame size, frames, source pixels)."""
+        return cls(
+            max_duration_seconds=settings.max_duration_seconds,
+            max_frame_pixels=settings.max_frame_pixels,
+            max_frames=settings.max_frames,
+            max_source_pixels=settings.max_source_pixels,
+        )
 
     def check(self, media: MediaInfo) -> None:
         """Raises:
@@ -87,16 +114,6 @@ class MediaLimits:
             )
 
 
-def safe_suffix(name: str) -> str:
-    """A file extension safe to use in a storage key: lower-case letters and digits only, or none.
-
-    >>> safe_suffix("../../etc/pass wd.MP4"), safe_suffix("clip.m p4"), safe_suffix("noext")
-    ('.mp4', '', '')
-    """
-    suffix = Path(name.replace("\\", "/")).suffix.lower()
-    return suffix if re.fullmatch(r"\.[a-z0-9]{1,8}", suffix) else ""
-
-
 def submit(
     *,
     database_url: str,
@@ -116,33 +133,42 @@ def submit(
     ``callback_url`` must have been checked by the caller (``shared.webhooks.check_callback_url``).
 
     Raises:
+        MediaFormatError: the target is not in a container the farm reads (a playlist, a manifest, a script).
         NotAVideoError, UnreadableMediaError: the target is not a readable video.
         MediaLimitError: the target is over one of ``limits``.
-        SourceImageError: a source is not an image.
+        SourceImageError: a source is not an image, or is over the pixel limit.
         InvalidOptionsError: the options need a source image and none was given.
         IdempotencyConflictError: the tenant used the idempotency key for a different request.
+        TooManyRequestsError: the tenant is at a quota (``owner.quotas``).
     """
     if owner is not None and idempotency is not None:
         with session_scope(database_url) as session:
             earlier = _earlier(session, owner, idempotency)
         if earlier is not None:
             return earlier
+    size = target.path.stat().st_size + sum(s.path.stat().st_size for s in sources)
+    if owner is not None and owner.quotas is not None:  # early, before the work of probing; decided again below
+        with session_scope(database_url) as session:
+            quotas.check(session, owner.tenant_id, owner.quotas, new_bytes=size)
     media = probe(target.path)
     if limits is not None:
         limits.check(media)
     if options.needs_source and not sources:
         raise InvalidOptionsError(f"processors {options.processors} need at least one source image")
-    for i, source in enumerate(sources):
-        probe_image(source.path, f"source {i + 1} ({source.name!r})")
+    max_pixels = limits.max_source_pixels if limits is not None else None
+    images = [probe_image(s.path, f"source {i + 1} ({s.name!r})", max_pixels=max_pixels) for i, s in enumerate(sources)]
 
     job_id = new_id()
-    target_url = storage.job_url(job_id, "input", "target" + safe_suffix(target.name))
-    source_urls = [storage.job_url(job_id, "input", f"source-{i}{safe_suffix(s.name)}") for i, s in enumerate(sources)]
+    target_url = storage.job_url(job_id, "input", "target" + media.extension)
+    source_urls = [storage.job_url(job_id, "input", f"source-{i}{image.extension}") for i, image in enumerate(images)]
     try:
         storage.upload(target.path, target_url)
         for source, url in zip(sources, source_urls, strict=True):
             storage.upload(source.path, url)
         with session_scope(database_url) as session:
+            if owner is not None and owner.quotas is not None:
+                lock_tenant(session, owner.tenant_id)
+                quotas.check(session, owner.tenant_id, owner.quotas, new_bytes=size)
             jobs.create_job(
                 session,
                 job_id=job_id,
@@ -156,6 +182,7 @@ def submit(
                 idempotency_key=idempotency.key if idempotency else None,
                 request_hash=idempotency.request_hash if idempotency else None,
                 callback_url=callback_url,
+                stored_bytes=size,
             )
             if owner is None:
                 messages = [Message(PLAN, JobPayload(job_id=job_id), CONTROL_QUEUE, priority)]

@@ -20,19 +20,26 @@ DELIVER_WEBHOOKS: Final = "swapfarm.deliver_webhooks"
 CONTROL_QUEUE: Final = "control"
 STITCH_QUEUE: Final = "stitch"
 
-# A job's priority: 0 (lowest) … 9 (most urgent). Every message of a job carries it.
+# A job's priority: 0 (lowest) … 9 (most urgent) orders a tenant's own jobs; ADMIN_PRIORITY, which only admin keys
+# may give, is the farm-wide urgent band, served before every tenant's work. Every message of a job carries it.
 MIN_PRIORITY: Final = 0
 MAX_PRIORITY: Final = 9
+ADMIN_PRIORITY: Final = 10
 DEFAULT_PRIORITY: Final = 5
 
 
 def broker_priority(priority: int) -> int:
-    """The message priority for the Redis transport, where 0 is served first: the job's scale reversed.
+    """The message priority for the Redis transport, where 0 is served first.
 
-    >>> broker_priority(9), broker_priority(0)
-    (0, 9)
+    Tenants' jobs all share one level, whatever their priority: Redis orders messages across every job of every
+    tenant, so one tenant's urgent jobs there would starve everyone else's. Which work runs next is decided in
+    Postgres instead (``shared.fairness``: tenants take turns, each tenant's own jobs by priority). Only the
+    admin band (:data:`ADMIN_PRIORITY`) goes ahead of everything in the broker too.
+
+    >>> broker_priority(ADMIN_PRIORITY), broker_priority(9), broker_priority(0)
+    (0, 4, 4)
     """
-    return MAX_PRIORITY - max(MIN_PRIORITY, min(MAX_PRIORITY, priority))
+    return 0 if priority >= ADMIN_PRIORITY else MAX_PRIORITY - DEFAULT_PRIORITY
 
 
 def render_queue(family: str) -> str:

@@ -125,6 +125,12 @@ def authenticate(session: Session, key: str) -> Principal | None:
     return Principal(tenant_id=row[2], tenant_name=row[3], key_id=row[0], admin=bool(row[1]))
 
 
+def key_alive(session: Session, key_id: str) -> bool:
+    """Whether the key with this id exists and is not revoked (a long request checks again as it runs)."""
+    query = select(ApiKey.id).where(ApiKey.id == key_id, ApiKey.revoked_at.is_(None))
+    return session.scalar(query) is not None
+
+
 def _info(key: ApiKey, tenant: str) -> KeyInfo:
     return KeyInfo(
         id=key.id,

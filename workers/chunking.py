@@ -65,3 +65,13 @@ def _cuts(total: int, chunk_frames: int, keyframes: Sequence[int]) -> list[int]:
         near = keys[bisect_left(keys, low) : bisect_right(keys, high)]
         cuts.append(min(near, key=lambda k: abs(k - wanted)) if near else wanted)
     return cuts
+
+
+def bounded_chunk_frames(total: int, wanted: int, min_frames: int, max_chunks: int) -> int:
+    """The chunk length to plan ``total`` frames with: ``wanted``, widened to at least ``min_frames`` and to as
+    many frames as keep the job within ``max_chunks`` chunks.
+
+    >>> bounded_chunk_frames(10_000, 1, 8, 1000), bounded_chunk_frames(600, 30, 8, 1000)
+    (10, 30)
+    """
+    return max(wanted, min_frames, math.ceil(total / max_chunks), 1)

@@ -14,14 +14,15 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pydantic import BaseModel
 
-from shared import jobs
+from shared import events, jobs
 from shared.db import session_scope
 from shared.errors import SwapfarmError
+from shared.events import EventKind
 from shared.options import JobOptions
 from shared.schema import upgrade
 from shared.settings import Settings
@@ -91,6 +92,7 @@ class LocalResult:
     error_code: str | None
     error_message: str | None
     frames_total: int | None
+    warnings: list[tuple[str, str]] = field(default_factory=list)  # (code, message) of the job's warning events
 
 
 ProgressCallback = Callable[[int, int | None], None]
@@ -167,7 +169,12 @@ def _wait(
             if on_progress is not None:
                 on_progress(progress.frames_done, progress.frames_total)
             if status in FINISHED_JOB_STATES:
-                return LocalResult(job_id, status, job.error_code, job.error_message, job.frames_total)
+                warnings = [
+                    (event.error_code or "", event.message)
+                    for event in events.after(session, job_id, 0, 10_000)
+                    if event.kind == EventKind.WARNING
+                ]
+                return LocalResult(job_id, status, job.error_code, job.error_message, job.frames_total, warnings)
             if dispatcher.errors:
                 error = dispatcher.errors[0]
                 code = error.code if isinstance(error, SwapfarmError) else "internal_error"

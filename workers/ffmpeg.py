@@ -12,7 +12,9 @@ import subprocess
 from pathlib import Path
 
 from shared.errors import FfmpegError
+from shared.media import input_args
 from shared.options import EncoderOptions
+from shared.processes import StderrTail, child_env
 
 logger = logging.getLogger(__name__)
 
@@ -29,19 +31,26 @@ def pipe_format(width: int, height: int) -> str:
     return "yuv420p" if width % 2 == 0 and height % 2 == 0 else "bgr24"
 
 
-def decode_args(source: Path, seek_seconds: float, frames: int, pix_fmt: str = "bgr24") -> list[str]:
+def _input(source: Path, demuxer: str | None) -> list[str]:
+    """Open a user's file as a plain local file, with the demuxer its probe found forced (``shared.media``)."""
+    return input_args(source, demuxer)
+
+
+def decode_args(
+    source: Path, seek_seconds: float, frames: int, pix_fmt: str = "bgr24", *, demuxer: str | None = None
+) -> list[str]:
     """Read ``frames`` frames starting at ``seek_seconds`` as raw BGR on stdout.
 
     ``-ss`` before ``-i`` seeks to the keyframe before the position and decodes from there, dropping the frames
     before it (accurate seek), so a chunk never decodes from the start of the video. Frames are passed through
-    as decoded (no duplication or dropping), and rotation metadata is applied so frames are upright.
+    as decoded (no duplication or dropping), and rotation metadata is applied so frames are upright. The input is
+    read with ``demuxer`` (the probed one) and local files only.
     """
     seek = ["-ss", f"{seek_seconds:.6f}"] if seek_seconds > 0 else []
     return [
         *_BASE,
         *seek,
-        "-i",
-        str(source),
+        *_input(source, demuxer),
         "-map",
         "0:v:0",
         "-frames:v",
@@ -113,6 +122,8 @@ def transcode_args(
     height: int,
     fps: str,
     options: EncoderOptions,
+    *,
+    demuxer: str | None = None,
 ) -> list[str]:
     """Decode and encode a chunk in one ffmpeg process, for processor chains that never touch pixels.
 
@@ -128,8 +139,7 @@ def transcode_args(
         "pipe:1",
         "-nostats",
         *seek,
-        "-i",
-        str(source),
+        *_input(source, demuxer),
         "-map",
         "0:v:0",
         "-frames:v",
@@ -168,11 +178,14 @@ def stitch_args(
     output: Path,
     *,
     provenance: bool,
+    audio_demuxer: str | None = None,
 ) -> list[str]:
-    """Concatenate the chunk files by stream copy and take the audio once from the original input."""
+    """Concatenate the chunk files (ours) by stream copy and take the audio once from the original input (the
+    user's, read with its probed demuxer)."""
     return _mux_args(
-        ["-f", "concat", "-safe", "0", "-i", str(list_file)], audio_source, audio_codec, output, provenance
-    )
+        ["-f", "concat", "-safe", "0", "-i", str(list_file)], audio_source, audio_codec, output, provenance,
+        audio_demuxer,
+    )  # fmt: skip
 
 
 def concat_video_args(list_file: Path, output: Path) -> list[str]:
@@ -191,17 +204,23 @@ def remux_args(
     output: Path,
     *,
     provenance: bool,
+    audio_demuxer: str | None = None,
 ) -> list[str]:
     """Copy ``video``'s video (timing as it is) and take the audio once from the original input."""
-    return _mux_args(["-i", str(video)], audio_source, audio_codec, output, provenance)
+    return _mux_args(["-i", str(video)], audio_source, audio_codec, output, provenance, audio_demuxer)
 
 
 def _mux_args(
-    video_input: list[str], audio_source: Path | None, audio_codec: str | None, output: Path, provenance: bool
+    video_input: list[str],
+    audio_source: Path | None,
+    audio_codec: str | None,
+    output: Path,
+    provenance: bool,
+    audio_demuxer: str | None = None,
 ) -> list[str]:
     args = [*_BASE, *video_input]
     if audio_source is not None:
-        args += ["-i", str(audio_source), "-map", "0:v:0", "-map", "1:a:0?"]
+        args += [*_input(audio_source, audio_demuxer), "-map", "0:v:0", "-map", "1:a:0?"]
         args += ["-c:a", "copy" if audio_codec in _MP4_AUDIO else "aac"]
     else:
         args += ["-map", "0:v:0"]
@@ -213,17 +232,29 @@ def _mux_args(
 
 
 def run(args: list[str], *, what: str, timeout: float | None = None) -> None:
-    """Run an ffmpeg command to completion.
+    """Run an ffmpeg command to completion, with the minimal environment of a child (``shared.processes``) and its
+    stderr drained into a bounded buffer.
 
     Raises:
         FfmpegError: ffmpeg is missing, timed out or exited non-zero; the message keeps stderr's tail.
     """
     logger.debug("running %s", args)
     try:
-        done = subprocess.run(args, capture_output=True, text=True, timeout=timeout, check=False)
+        proc = subprocess.Popen(
+            args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=child_env()
+        )
     except FileNotFoundError as exc:
         raise FfmpegError("ffmpeg is not installed", code="ffmpeg_missing") from exc
+    assert proc.stderr is not None
+    stderr = StderrTail(proc.stderr, name="ffmpeg-stderr")
+    try:
+        code = proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired as exc:
+        proc.kill()
+        proc.wait()
         raise FfmpegError(f"{what}: ffmpeg timed out") from exc
-    if done.returncode != 0:
-        raise FfmpegError(f"{what}: ffmpeg exited with {done.returncode}", stderr=done.stderr)
+    finally:
+        stderr.join()
+        proc.stderr.close()
+    if code != 0:
+        raise FfmpegError(f"{what}: ffmpeg exited with {code}", stderr=stderr.text())

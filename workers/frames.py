@@ -19,6 +19,7 @@ import numpy as np
 
 from shared.errors import FfmpegError
 from shared.options import EncoderOptions
+from shared.processes import StderrTail, child_env
 from workers.ffmpeg import decode_args, encode_args, pipe_format
 from workers.processors.base import FrameBatch
 
@@ -69,10 +70,14 @@ class FrameReader:
         height: int,
         batch_size: int,
         depth: int = 2,
+        demuxer: str | None = None,
+        stall_seconds: float | None = None,
     ) -> None:
         self._format = pipe_format(width, height)
         self._convert = self._format == "yuv420p"
-        self._args = decode_args(source, seek_seconds, frames, self._format)
+        self._args = decode_args(source, seek_seconds, frames, self._format, demuxer=demuxer)
+        self._stall = stall_seconds
+        self._stderr: StderrTail | None = None
         self._frames, self._shape, self._batch = frames, (height, width, 3), batch_size
         # the shape of one frame as it arrives on the pipe: planar 4:2:0 is 1.5 rows of bytes per row
         self._raw_shape = (height * 3 // 2, width) if self._format == "yuv420p" else self._shape
@@ -83,12 +88,17 @@ class FrameReader:
 
     def __iter__(self) -> Iterator[FrameBatch]:
         self._proc = subprocess.Popen(
-            self._args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+            self._args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=child_env()
         )
+        assert self._proc.stderr is not None
+        self._stderr = StderrTail(self._proc.stderr, name="frame-reader-stderr")
         self._thread = threading.Thread(target=self._pump, name="frame-reader", daemon=True)
         self._thread.start()
         while True:
-            item = self._queue.get()
+            try:
+                item = self._queue.get(timeout=self._stall)
+            except queue.Empty:
+                raise self._stalled() from None
             if item is _DONE:
                 return
             if isinstance(item, BaseException):
@@ -112,9 +122,8 @@ class FrameReader:
                 if whole < count:
                     break
             proc.stdout.close()
-            stderr = proc.stderr.read().decode(errors="replace")
-            proc.stderr.close()
             code = proc.wait()
+            stderr = self._stderr.text() if self._stderr is not None else ""
             if self._stop.is_set():
                 return
             if read < self._frames:
@@ -126,6 +135,16 @@ class FrameReader:
             self._put(_DONE)
         except BaseException as exc:  # handed to the consumer, who raises it
             self._put(exc)
+
+    def _stalled(self) -> FfmpegError:
+        """Kill the decoder that has given no frame for ``stall_seconds``; the error to raise."""
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.kill()
+        stderr = self._stderr.text(timeout=2) if self._stderr is not None else ""
+        return FfmpegError(
+            f"the decoder gave no frame for {self._stall:.0f}s; the chunk was stopped", stderr=stderr,
+            code="chunk_stalled",
+        )  # fmt: skip
 
     def _put(self, item: object) -> None:
         while not self._stop.is_set():
@@ -168,15 +187,20 @@ class FrameWriter:
         fps: str,
         options: EncoderOptions,
         depth: int = 2,
+        stall_seconds: float | None = None,
     ) -> None:
         self._format = pipe_format(width, height)
         self._convert = self._format == "yuv420p"
+        self._stall = stall_seconds
         self._proc = subprocess.Popen(
             encode_args(output, width, height, fps, options, self._format),
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
+            env=child_env(),
         )
+        assert self._proc.stderr is not None
+        self._stderr = StderrTail(self._proc.stderr, name="frame-writer-stderr")
         self._queue: queue.Queue[FrameBatch | None] = queue.Queue(maxsize=depth)
         self._error: BaseException | None = None
         self._shape = (height, width, 3)
@@ -191,18 +215,24 @@ class FrameWriter:
             raise self._failure() from self._error
         if self._error is not None:
             raise self._error
-        self._queue.put(batch)
+        try:
+            self._queue.put(batch, timeout=self._stall)
+        except queue.Full:
+            self._proc.kill()
+            raise FfmpegError(
+                f"the encoder took no frame for {self._stall:.0f}s; the chunk was stopped",
+                stderr=self._stderr.text(timeout=2),
+                code="chunk_stalled",
+            ) from None
 
     def _failure(self) -> FfmpegError:
         """Why the pipe broke: the encoder exited, and its exit code and stderr say why (a broken pipe does not)."""
-        assert self._proc.stderr is not None
         try:
             code = self._proc.wait(timeout=10)
         except subprocess.TimeoutExpired:  # it closed its input but hangs: it is failing either way
             self._proc.kill()
             code = self._proc.wait()
-        stderr = self._proc.stderr.read().decode(errors="replace")
-        return FfmpegError(f"encoding failed (exit {code})", stderr=stderr)
+        return FfmpegError(f"encoding failed (exit {code})", stderr=self._stderr.text())
 
     def _drain(self) -> None:
         stdin = self._proc.stdin
@@ -231,9 +261,9 @@ class FrameWriter:
             self._proc.stdin.close()
         except BrokenPipeError:
             pass
-        stderr = self._proc.stderr.read().decode(errors="replace")
-        self._proc.stderr.close()
         code = self._proc.wait()
+        stderr = self._stderr.text()
+        self._proc.stderr.close()
         if code != 0 or self._error is not None:
             raise FfmpegError(f"encoding failed (exit {code})", stderr=stderr)
 

@@ -19,6 +19,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from shared.settings import Settings
+from workers.notices import DegradationCollector
 
 __all__ = ["DeviceMemoryCollector", "WorkerMetrics", "serve"]
 
@@ -35,7 +36,8 @@ class WorkerMetrics:
     ``swapfarm_chunk_render_seconds``, ``swapfarm_frames_rendered_total`` and
     ``swapfarm_worker_frames_per_second`` per chunk; ``swapfarm_render_batch_size`` per batch;
     ``swapfarm_retries_total`` per failed attempt sent again; ``swapfarm_stitch_seconds`` per stitch;
-    ``swapfarm_device_memory_bytes`` read at scrape time; the standard ``process_*`` series.
+    ``swapfarm_device_memory_bytes`` read at scrape time; ``swapfarm_degradations_total{code}``
+    (:mod:`workers.notices`); the standard ``process_*`` series.
     """
 
     def __init__(self) -> None:
@@ -73,6 +75,7 @@ class WorkerMetrics:
             registry=registry,
         )
         registry.register(DeviceMemoryCollector())
+        registry.register(DegradationCollector())
         ProcessCollector(registry=registry)
 
     def chunk_rendered(self, *, worker: str, family: str, frames: int, seconds: float) -> None:

@@ -1,4 +1,11 @@
-"""The ``plan`` step: probe the target, cut it into chunks, insert their rows, enqueue one render per chunk."""
+"""The ``plan`` step: probe the target, cut it into chunks, insert their rows, enqueue one render per chunk.
+
+The plan follows what the file holds, not what its header says: the frames are counted from its packets (with the
+demuxer the submission probed, forced), and a file holding more than ``max_frames`` frames or
+``max_duration_seconds`` of them fails with ``too_many_frames`` / ``media_too_long`` — the count stops at the limit.
+A job is cut into at most ``max_chunks_per_job`` chunks of at least ``min_chunk_frames`` frames: the planner widens
+the chunks it was asked for rather than insert millions of rows, and says so in the job's log.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +14,12 @@ import logging
 from shared import admission, jobs
 from shared.db import session_scope
 from shared.errors import InputError, SwapfarmError
-from shared.media import frame_index, probe
+from shared.jobs import ChunkPlan
+from shared.media import FrameScan, MediaInfo, probe, scan_frames
 from shared.options import JobOptions
 from shared.tasks import RENDER_CHUNK, ChunkPayload, render_queue
-from workers.chunking import default_chunk_frames, plan_chunks
+from workers import notices
+from workers.chunking import bounded_chunk_frames, default_chunk_frames, plan_chunks
 from workers.leases import job_heartbeat
 from workers.runtime import Runtime
 
@@ -25,28 +34,76 @@ def plan(job_id: str, rt: Runtime) -> None:
             logger.info("job %s: not planning (already planned, cancelled or held)", job_id)
             return
         target_url, options, priority = job.target_url, JobOptions.model_validate(job.options), job.priority
-    try:
-        # Probing a long video (every frame's time) can outlast the lease: the heartbeat keeps the plan ours.
-        with job_heartbeat(rt, job_id, token), rt.storage.local_copy(target_url, rt.scratch / job_id) as target:
-            media = probe(target)
-            times, keyframes = frame_index(target, declared=media.frame_count)
-        if not times:
-            raise InputError("the video has no frames", code="media_no_frames")
-        if options.chunk_frames:  # asked for: exact sizes
-            chunks = plan_chunks(times, options.chunk_frames, media.start_time)
-        else:  # about chunk_seconds each, cut at keyframes
-            size = default_chunk_frames(media.fps_value, rt.settings.chunk_seconds)
-            chunks = plan_chunks(times, size, media.start_time, keyframes)
-    except SwapfarmError as exc:
-        logger.warning("job %s: planning failed: %s", job_id, exc)
-        with session_scope(rt.db) as session:
-            jobs.fail_job(session, job_id, exc.code, exc.message)
-        admission.release(rt.db, rt.dispatcher, job_id, rt.settings.max_running_jobs_per_tenant)
-        return
+        submitted = MediaInfo.from_json(job.media) if job.media else None
+    settings = rt.settings
+    # Probing a long video (every frame's time) can outlast the lease: the heartbeat keeps the plan ours.
+    with notices.collecting() as found, job_heartbeat(rt, job_id, token):
+        try:
+            chunks, media, frames = _plan(rt, job_id, target_url, options, submitted)
+        except SwapfarmError as exc:
+            logger.warning("job %s: planning failed: %s", job_id, exc)
+            with session_scope(rt.db) as session:
+                jobs.fail_job(session, job_id, exc.code, exc.message)
+            admission.release(rt.db, rt.dispatcher, job_id, settings.max_running_jobs_per_tenant)
+            notices.record(rt.db, job_id, found)
+            return
+    notices.record(rt.db, job_id, found)
     with session_scope(rt.db) as session:
         chunk_ids = jobs.record_plan(session, job_id, token, chunks, media.to_json(), options.family)
-    logger.info("job %s: %d frames in %d chunks", job_id, len(times), len(chunk_ids))
+    logger.info("job %s: %d frames in %d chunks", job_id, frames, len(chunk_ids))
     queue = render_queue(options.family)
     for chunk_id in chunk_ids:
         payload = ChunkPayload(job_id=job_id, chunk_id=chunk_id)
         rt.dispatcher.send(RENDER_CHUNK, payload, queue=queue, priority=priority)
+
+
+def _plan(
+    rt: Runtime, job_id: str, target_url: str, options: JobOptions, submitted: MediaInfo | None
+) -> tuple[list[ChunkPlan], MediaInfo, int]:
+    """Probe and count the target's frames; its chunks, its media description and its frame count.
+
+    Raises:
+        SwapfarmError: the file is unreadable, not whitelisted, or holds more than a limit.
+    """
+    settings = rt.settings
+    with rt.storage.local_copy(target_url, rt.scratch / job_id) as target:
+        media = probe(target, submitted.demuxer if submitted is not None else None)
+        scan = scan_frames(
+            target,
+            declared=media.frame_count,
+            demuxer=media.demuxer,
+            max_frames=settings.max_frames,
+            max_seconds=settings.max_duration_seconds,
+        )
+    times, keyframes = scan.times, scan.keyframes
+    if not times:
+        raise InputError("the video has no frames", code="media_no_frames")
+    _report_timing(scan)
+    exact = bool(options.chunk_frames)  # asked for: exact sizes; else about chunk_seconds each, cut at keyframes
+    wanted = options.chunk_frames or default_chunk_frames(media.fps_value, settings.chunk_seconds)
+    if scan.untimed:  # decode times are no seek positions once B-frames reorder them: one chunk, read from the start
+        return plan_chunks(times, len(times), media.start_time), media, len(times)
+    size = bounded_chunk_frames(len(times), wanted, settings.min_chunk_frames, settings.max_chunks_per_job)
+    cuts = () if exact else keyframes
+    chunks = plan_chunks(times, size, media.start_time, cuts)
+    while len(chunks) > settings.max_chunks_per_job:  # cuts moved to keyframes can shorten chunks: widen again
+        size *= 2
+        chunks = plan_chunks(times, size, media.start_time, cuts)
+    if exact and size != wanted:
+        notices.report(
+            "chunks_widened",
+            f"chunks of {wanted} frames were asked for; they are {size} frames long (at least "
+            f"{settings.min_chunk_frames} frames, at most {settings.max_chunks_per_job} chunks a job)",
+        )
+    return chunks, media, len(times)
+
+
+def _report_timing(scan: FrameScan) -> None:
+    """Frames timed some other way than by their presentation times, made visible (see ``scan_frames``)."""
+    if scan.untimed:
+        notices.report(
+            "timestamps_missing",
+            f"{scan.untimed} video packets carry no presentation time; frames are placed by their decode times"
+            + (f", {scan.dropped} packets with no time at all are left out" if scan.dropped else "")
+            + ", and the video is rendered as one chunk (its frames cannot be sought exactly)",
+        )

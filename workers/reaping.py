@@ -43,6 +43,7 @@ from shared.tasks import (
     JobPayload,
     render_queue,
 )
+from workers import notices
 from workers.runtime import Runtime
 
 if TYPE_CHECKING:
@@ -234,12 +235,24 @@ def _relay_webhooks(celery: Celery, settings: Settings) -> None:
 
 
 def _expire(rt: Runtime) -> None:
-    """Delete the files of jobs finished longer ago than the retention time (marked first, then deleted)."""
+    """Delete the files of jobs finished longer ago than the retention time; a job is marked expired only once
+    its files are gone. A deletion that fails is a ``expiry_failed`` warning on the job (log, metric, event) and
+    is tried again at the next tick."""
+    ttl = rt.settings.output_ttl_seconds
     with session_scope(rt.db) as session:
-        due = control.expire_due(session, rt.settings.output_ttl_seconds)
+        due = control.expire_due(session, ttl)
     for job_id in due:
         logger.info("job %s: retention time over; deleting its files", job_id)
         try:
             rt.storage.delete(rt.storage.job_url(job_id), recursive=True)
-        except OSError:
+        except Exception as exc:
+            notice = notices.report(
+                "expiry_failed",
+                f"the job's files could not be deleted after the retention time ({type(exc).__name__}); "
+                "deleting them is tried again",
+            )
             logger.warning("job %s: could not delete its files", job_id, exc_info=True)
+            notices.record(rt.db, job_id, [notice])
+            continue
+        with session_scope(rt.db) as session:
+            control.mark_expired(session, job_id, ttl)

@@ -18,13 +18,15 @@ from pathlib import Path
 
 from sqlalchemy.exc import OperationalError
 
-from shared import admission, jobs
+from shared import admission, fairness, jobs
 from shared.db import session_scope
 from shared.errors import FfmpegError, LeaseLostError, ProcessorError, SwapfarmError
+from shared.log_context import job_context
 from shared.media import MediaInfo, frame_times
 from shared.options import JobOptions
+from shared.processes import StderrTail, child_env
 from shared.tasks import RENDER_CHUNK, STITCH, STITCH_QUEUE, ChunkPayload, JobPayload, render_queue
-from workers import ffmpeg
+from workers import ffmpeg, notices
 from workers.frames import FrameReader, FrameWriter
 from workers.leases import Heartbeat
 from workers.processors import Processor, ProcessorContext, build
@@ -40,18 +42,38 @@ def _local_sources(rt: Runtime, urls: list[str], scratch: Path) -> Iterator[list
 
 
 def render_chunk(job_id: str, chunk_id: str, rt: Runtime) -> None:
+    """Render the fairest queued chunk of the message's queue (``shared.fairness``): the message is a token, so the
+    chunk rendered may belong to another job than the one it names."""
     settings = rt.settings
     with session_scope(rt.db) as session:
-        claim = jobs.claim_chunk(
+        claim = fairness.claim_next(
             session, chunk_id, worker=rt.hostname, family=rt.family, lease_seconds=settings.lease_seconds
         )
-        job = jobs.get_job(session, job_id) if claim else None
+        job = jobs.get_job(session, claim.job_id) if claim else None
         if claim is None or job is None:
             logger.info("job %s chunk %s: not rendering (done, held or job not rendering)", job_id, chunk_id)
             return
         options = JobOptions.model_validate(job.options)
         media = MediaInfo.from_json(job.media or {})
         target_url, source_urls, priority = job.target_url, list(job.source_urls), job.priority
+    with session_scope(rt.db) as session:
+        fairness.mark_served(session, claim.job_id)
+    with job_context(job_id=claim.job_id, chunk_id=claim.chunk_id), notices.collecting() as found:
+        _render_claimed(rt, claim, options, media, target_url, source_urls, priority)
+    notices.record(rt.db, claim.job_id, found)
+
+
+def _render_claimed(
+    rt: Runtime,
+    claim: jobs.ChunkClaim,
+    options: JobOptions,
+    media: MediaInfo,
+    target_url: str,
+    source_urls: list[str],
+    priority: int,
+) -> None:
+    settings = rt.settings
+    job_id, chunk_id = claim.job_id, claim.chunk_id
     logger.info(
         "job %s chunk %s: rendering frames %d..%d (attempt %d)",
         job_id, chunk_id, claim.frame_start, claim.frame_end - 1, claim.attempt,
@@ -73,7 +95,11 @@ def render_chunk(job_id: str, chunk_id: str, rt: Runtime) -> None:
         logger.warning("job %s chunk %s: database unavailable; the chunk will be retried", job_id, chunk_id)
         raise
     except Exception as exc:
-        error = exc if isinstance(exc, SwapfarmError) else ProcessorError(f"{type(exc).__name__}: {exc}")
+        if isinstance(exc, SwapfarmError):
+            error = exc
+        else:  # our fault, not the input's: the client learns that much, the log keeps the rest
+            logger.exception("job %s chunk %s: unexpected error in attempt %d", job_id, chunk_id, claim.attempt)
+            error = ProcessorError(f"an unexpected error ({type(exc).__name__}) stopped the chunk; see the worker log")
         logger.warning("job %s chunk %s: attempt %d failed: %s", job_id, chunk_id, claim.attempt, error)
         with session_scope(rt.db) as session:
             outcome = jobs.fail_chunk(session, claim, error, settings.max_attempts)
@@ -118,7 +144,9 @@ def _render(
         if any(getattr(p, "touches_pixels", True) for p in processors):
             _process(rt, claim, media, options, processors, target, encoded, progress, beat)
         else:  # nothing looks at the pixels: one ffmpeg process, the same frames and timing as the pipes give
-            _transcode(claim, media, options, target, encoded, progress, beat)
+            _transcode(
+                claim, media, options, target, encoded, progress, beat, stall_seconds=rt.settings.chunk_stall_seconds
+            )
             rt.metrics.batch_size.observe(claim.frame_end - claim.frame_start)  # the chunk went through as one batch
         output_url = rt.storage.job_url(claim.job_id, "chunks", f"{claim.index:05d}-{claim.token}.mp4")
         rt.storage.upload(encoded, output_url)
@@ -145,8 +173,13 @@ def _process(
         width=media.width,
         height=media.height,
         batch_size=rt.settings.batch_size,
+        demuxer=media.demuxer,
+        stall_seconds=rt.settings.chunk_stall_seconds,
     )
-    writer = FrameWriter(encoded, width=media.width, height=media.height, fps=media.fps, options=options.encoder)
+    writer = FrameWriter(
+        encoded, width=media.width, height=media.height, fps=media.fps, options=options.encoder,
+        stall_seconds=rt.settings.chunk_stall_seconds,
+    )  # fmt: skip
     try:
         with reader:
             for batch in reader:
@@ -173,15 +206,24 @@ def _transcode(
     encoded: Path,
     progress: list[int],
     beat: Heartbeat,
+    *,
+    stall_seconds: float | None = None,
 ) -> None:
-    """Decode and encode the chunk in one ffmpeg process, following its progress; stop it if the lease is lost."""
+    """Decode and encode the chunk in one ffmpeg process, following its progress; stop it if the lease is lost,
+    or when no frame comes out for ``stall_seconds`` (``chunk_stalled``). Its stderr is drained as it comes."""
     frames = claim.frame_end - claim.frame_start
     args = ffmpeg.transcode_args(
-        target, claim.seek_seconds, frames, encoded, media.width, media.height, media.fps, options.encoder
-    )
-    with subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+        target, claim.seek_seconds, frames, encoded, media.width, media.height, media.fps, options.encoder,
+        demuxer=media.demuxer,
+    )  # fmt: skip
+    with subprocess.Popen(
+        args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=child_env()
+    ) as proc:
+        assert proc.stderr is not None
+        stderr = StderrTail(proc.stderr, name="transcode-stderr")
         follower = threading.Thread(target=_follow, args=(proc, progress), name="transcode-progress", daemon=True)
         follower.start()
+        seen, moved_at = progress[0], time.monotonic()
         while True:
             try:
                 proc.wait(timeout=0.5)
@@ -190,10 +232,19 @@ def _transcode(
                 if not beat.alive:
                     proc.kill()
                     raise LeaseLostError(f"chunk {claim.chunk_id}: lease lost or job cancelled") from None
+                if progress[0] != seen:
+                    seen, moved_at = progress[0], time.monotonic()
+                elif stall_seconds is not None and time.monotonic() - moved_at > stall_seconds:
+                    proc.kill()
+                    raise FfmpegError(
+                        f"no frame came out of the decoder for {stall_seconds:.0f}s (after {seen} of {frames}); "
+                        "the chunk was stopped",
+                        stderr=stderr.text(timeout=1),
+                        code="chunk_stalled",
+                    ) from None
         follower.join()
-        stderr = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
     if proc.returncode != 0:
-        raise FfmpegError(f"transcoding failed (exit {proc.returncode})", stderr=stderr)
+        raise FfmpegError(f"transcoding failed (exit {proc.returncode})", stderr=stderr.text())
     produced = len(frame_times(encoded))
     if produced != frames:
         raise FfmpegError(f"decoding ended after {produced} of {frames} frames", code="media_truncated")

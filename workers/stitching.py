@@ -12,14 +12,14 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
-from shared import admission, jobs
+from shared import admission, jobs, quotas
 from shared.db import session_scope
 from shared.errors import LeaseLostError, SwapfarmError
 from shared.events import EventKind, record
 from shared.media import MediaInfo, frame_times
 from shared.options import JobOptions
 from shared.states import JobStatus
-from workers import ffmpeg, mp4_timing, stills
+from workers import ffmpeg, mp4_timing, notices, stills
 from workers.leases import job_heartbeat
 from workers.runtime import Runtime
 
@@ -54,7 +54,9 @@ def stitch(job_id: str, rt: Runtime) -> None:
             list_file.write_text(ffmpeg.concat_list(parts))
             stitched = tmp / "output.mp4"
             with rt.storage.local_copy(target_url, scratch) as target:
-                times = _stitch(list_file, target, media, stitched, provenance=options.changes_faces, job_id=job_id)
+                with notices.collecting() as found:
+                    times = _stitch(list_file, target, media, stitched, provenance=options.changes_faces, job_id=job_id)
+                notices.record(rt.db, job_id, found)
                 output_times = frame_times(stitched)
                 counted = len(output_times)
                 if frames_total is not None and counted != frames_total:
@@ -64,10 +66,12 @@ def stitch(job_id: str, rt: Runtime) -> None:
                 _stills(rt, job_id, target, stitched, times, output_times, media.start_time, tmp)
             if not beat.alive:
                 raise LeaseLostError(f"job {job_id}: stitch lease lost")
+            output_bytes = stitched.stat().st_size
             rt.storage.upload(stitched, output_url)
         with session_scope(rt.db) as session:
             if not jobs.finish_job(session, job_id, token, output_url):
                 raise LeaseLostError(f"job {job_id}: stitch lease lost before publishing")
+            quotas.add_stored(session, job_id, output_bytes)
     except LeaseLostError:
         with session_scope(rt.db) as session:
             job = jobs.get_job(session, job_id)
@@ -96,22 +100,31 @@ def _stitch(
     """Concatenate the chunks into ``output`` with the audio of ``target``, and its frame times (returned).
 
     Chunks are encoded at the constant average rate. When the input's frames are not on that grid (a variable
-    frame rate), the concatenated video is written first, its frames given the input's times, then remuxed.
+    frame rate), the concatenated video is written first, its frames given the input's times, then remuxed. If
+    the times cannot be written, the job still gets every frame, at the constant rate — and a ``vfr_timing_lost``
+    warning in its log (``workers.notices``), never silently.
     """
     audio = target if media.has_audio else None
-    times = frame_times(target)
+    demuxer = media.demuxer
+    times = frame_times(target, demuxer=demuxer)
     if mp4_timing.follows_rate(times, media.fps):
-        ffmpeg.run(
-            ffmpeg.stitch_args(list_file, audio, media.audio_codec, output, provenance=provenance), what="stitch"
+        args = ffmpeg.stitch_args(
+            list_file, audio, media.audio_codec, output, provenance=provenance, audio_demuxer=demuxer
         )
+        ffmpeg.run(args, what="stitch")
         return times
     video = output.with_name("video.mp4")
     ffmpeg.run(ffmpeg.concat_video_args(list_file, video), what="stitch")
     try:
         mp4_timing.retime_video(video, times)
     except mp4_timing.Mp4TimingError as exc:  # the file is as it was: every frame, at the constant rate
-        logger.warning("job %s: frames keep the constant rate, their times could not be set: %s", job_id, exc)
-    ffmpeg.run(ffmpeg.remux_args(video, audio, media.audio_codec, output, provenance=provenance), what="stitch")
+        notices.report(
+            "vfr_timing_lost",
+            f"the video's frames have variable times that could not be kept ({exc}); every frame is in the "
+            f"output, shown at a constant {media.fps} fps",
+        )
+    args = ffmpeg.remux_args(video, audio, media.audio_codec, output, provenance=provenance, audio_demuxer=demuxer)
+    ffmpeg.run(args, what="stitch")
     video.unlink()
     return times
 

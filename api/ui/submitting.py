@@ -13,7 +13,6 @@ from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from api.jobs import media_limits
 from api.ui.forms import PREFIX, OptionsInvalid, form_values, option_fields, read_options
 from api.ui.rendering import (
     Look,
@@ -28,7 +27,7 @@ from api.uploads import read_job_form
 from api.webhooks import checked_callback
 from shared.errors import SwapfarmError
 from shared.settings import Settings
-from shared.submission import Owner, submit
+from shared.submission import MediaLimits, Owner, submit
 from shared.tasks import DEFAULT_PRIORITY, MAX_PRIORITY, MIN_PRIORITY
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
@@ -108,9 +107,9 @@ async def submit_form(request: Request, viewer: Look) -> Response:
                 target=form.target.upload,
                 sources=[s.upload for s in form.sources],
                 options=options,
-                owner=Owner(tenant_id=viewer.principal.tenant_id, default_limit=settings.max_running_jobs_per_tenant),
+                owner=Owner.of(settings, viewer.principal.tenant_id),
                 priority=form.priority,
-                limits=media_limits(settings),
+                limits=MediaLimits.of(settings),
                 callback_url=callback_url,
             )
         )

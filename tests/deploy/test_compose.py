@@ -33,11 +33,14 @@ from tests.deploy.deployfiles import (
 # What an operator must put in .env: compose refuses to start without each.
 REQUIRED = {
     "POSTGRES_PASSWORD": "pg-4f0c2d",
+    "WORKER_POSTGRES_PASSWORD": "pgw-7c1e09",
     "REDIS_PASSWORD": "redis-9a1b7e",
     "SWAPFARM_SECRET_KEY": "a-real-secret-0123456789",
     "SWAPFARM_FLOWER_PASSWORD": "flower-5e2d",
 }
 ONE_SHOT = {"migrate", "minio-init"}
+# The services that log in to Postgres as the schema's owner; every other one uses the workers' role.
+OWNER_SERVICES = {"migrate", "api"}
 # Images without the worker extra can run only these subcommands.
 API_IMAGE_COMMANDS = {"api", "db"}
 
@@ -99,11 +102,14 @@ def test_each_service_environment_builds_production_settings_and_default_secrets
 
     images = dockerfiles()
     for name, service in _farm_services(services).items():
+        if name == "flower":
+            continue  # below: it gets the broker and its login only
         image = _image_name(service)
         env = {**env_instructions(images[image]), **environment(service)}
         settings = settings_of(env)
         assert settings.environment == "production", name
-        assert settings.database_url.startswith("postgresql+psycopg://swapfarm:"), name
+        login = "swapfarm" if name in OWNER_SERVICES else "swapfarm_worker"
+        assert settings.database_url.startswith(f"postgresql+psycopg://{login}:"), name
         assert settings.broker_url.startswith("redis://"), name
         assert settings.storage_url == "file:///var/lib/swapfarm/storage", name
         assert settings.s3_secret is None and settings.s3_key is None, f"{name}: empty S3 variables mean unset"
@@ -112,11 +118,33 @@ def test_each_service_environment_builds_production_settings_and_default_secrets
         with pytest.raises(ValueError, match="SWAPFARM_SECRET_KEY"):
             settings_of({**env, "SWAPFARM_SECRET_KEY": "change-me"})
     flower = settings_of(environment(services["flower"]))
-    assert flower.flower_password is not None
-    with pytest.raises(ValueError, match="SWAPFARM_FLOWER_PASSWORD"):
-        settings_of({**environment(services["flower"]), "SWAPFARM_FLOWER_PASSWORD": "change-me"})
+    assert flower.flower_password is not None and flower.broker_url.startswith("redis://")
     with pytest.raises(ValueError, match="SWAPFARM_S3_SECRET"):
         settings_of({**environment(services["api"]), "SWAPFARM_S3_SECRET": "minioadmin"})
+
+
+def test_flower_gets_the_broker_and_its_login_and_no_other_secret(services: dict[str, dict[str, Any]]) -> None:
+    env = environment(services["flower"])
+    assert set(env) == {"SWAPFARM_BROKER_URL", "SWAPFARM_FLOWER_USER", "SWAPFARM_FLOWER_PASSWORD"}
+    assert all(REQUIRED[name] not in "".join(env.values()) for name in ("POSTGRES_PASSWORD", "SWAPFARM_SECRET_KEY"))
+
+
+def test_workers_reach_postgres_with_a_role_of_their_own_that_migrate_grants(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    postgres = services["postgres"]
+    assert environment(postgres)["WORKER_POSTGRES_PASSWORD"] == REQUIRED["WORKER_POSTGRES_PASSWORD"]
+    init = next(v.split(":")[0] for v in postgres["volumes"] if "docker-entrypoint-initdb.d" in v)
+    script = (DOCKER.parent / init).resolve() / "10-worker-role.sh"
+    assert "CREATE ROLE swapfarm_worker LOGIN" in script.read_text()
+    assert services["migrate"]["command"][-2:] == ["--worker-role", "swapfarm_worker"]
+    for name, service in _farm_services(services).items():
+        url = environment(service).get("SWAPFARM_DATABASE_URL", "")
+        if name in OWNER_SERVICES:
+            assert url.startswith("postgresql+psycopg://swapfarm:"), name
+        elif name != "flower":
+            assert url.startswith("postgresql+psycopg://swapfarm_worker:"), name
+            assert REQUIRED["POSTGRES_PASSWORD"] not in url, f"{name} must not hold the owner's password"
 
 
 def _image_name(service: dict[str, Any]) -> str:
@@ -177,7 +205,7 @@ def test_long_running_services_have_healthchecks_and_start_in_order(services: di
     for name in ONE_SHOT:
         assert services[name]["restart"] == "no"
     assert services["migrate"]["depends_on"] == {"postgres": {"condition": "service_healthy"}}
-    assert services["migrate"]["command"] == ["swapfarm", "db", "upgrade"]
+    assert services["migrate"]["command"][:3] == ["swapfarm", "db", "upgrade"]
     for name, service in _farm_services(services).items():
         if name in {"migrate", "flower"}:
             continue

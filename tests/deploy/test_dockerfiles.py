@@ -149,3 +149,12 @@ def test_the_api_images_commands_run_without_worker_code_or_heavy_runtimes() -> 
         "    assert result.exit_code == 0, (args, result.output)\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=DOCKER.parent, timeout=120)
+
+
+@pytest.mark.parametrize("name", ["worker-cuda", "worker-rocm"])
+def test_gpu_images_pin_a_maintained_ffmpeg_of_at_least_6(name: str) -> None:
+    args = dict(a.arguments.split("=", 1) for a in _all(name, "ARG") if "=" in a.arguments)
+    version = args["FFMPEG_VERSION"]  # epoch:upstream-revision, e.g. 7:6.1.1-3ubuntu5
+    major = int(version.split(":")[-1].split(".")[0])
+    assert major >= 6, f"{name}: ffmpeg {version}"
+    assert '"ffmpeg=${FFMPEG_VERSION}"' in _run(name)

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -59,3 +60,35 @@ def download(api: TestClient, job_id: str, path: Path) -> Path:
     assert response.headers["content-type"] == "video/mp4"
     path.write_bytes(response.content)
     return path
+
+
+# A processor that touches every pixel on the pipe path (decode → BGR frames → detector → blur → encode): the fault
+# and bad-input suites run through it as well as through the one-process passthrough transcode.
+BLUR: dict[str, Any] = {"processors": ["face_blur"], "encoder": {"preset": "ultrafast"}}
+
+
+def with_face_models(settings: Settings, data_dir: Path, folder: Path) -> Settings:
+    """``settings`` with the real YuNet detector installed offline (what ``face_blur`` needs)."""
+    models = folder / "models"
+    models.mkdir(parents=True, exist_ok=True)
+    shutil.copy(data_dir / "models" / "yunet_2023mar.onnx", models / "yunet_2023_mar.onnx")
+    return settings.model_copy(
+        update={
+            "models_dir": models,
+            "model_cache_dir": folder / "model-cache",
+            "allow_model_hash_mismatch": True,
+            "model_base_urls": [],
+        }
+    )
+
+
+def events_of(api: TestClient, job_id: str, kind: str | None = None) -> list[dict[str, Any]]:
+    """The job's event log (every page), or its events of one ``kind``."""
+    found: list[dict[str, Any]] = []
+    after = 0
+    while True:
+        page = api.get(f"/v1/jobs/{job_id}/events", params={"after": after}).json()
+        found += page["events"]
+        if not page["events"]:
+            return [e for e in found if kind is None or e["kind"] == kind]
+        after = page["next_after"]

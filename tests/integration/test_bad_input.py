@@ -25,6 +25,7 @@ from shared.media import frame_times, probe
 from shared.models import Chunk, Job
 from shared.settings import Settings
 from tests.integration.conftest import download, submit, wait_finished
+from tests.support import hostile
 from tests.support.faces import MODELS
 from tests.support.farm import Farm
 from tests.support.media import assert_frames_match, make_clip, read_frames, stream_info
@@ -33,6 +34,12 @@ from tests.support.replicas import arcface_w600k_r50, constant_colour_swapper, i
 pytestmark = pytest.mark.integration
 
 LOSSLESS = {"processors": ["passthrough"], "encoder": {"lossless": True, "preset": "ultrafast"}}
+# Every accepted or failing case runs through both render paths: the one-process transcode (passthrough) and the
+# pipes through a processor that touches every pixel (face_blur: decode → BGR frames → detector → encode).
+PIPELINES = {
+    "transcode": LOSSLESS,
+    "pixels": {"processors": ["face_blur"], "encoder": {"lossless": True, "preset": "ultrafast"}},
+}
 MAX_UPLOAD = 3 * 1024 * 1024
 MAX_SOURCE = 512 * 1024
 
@@ -148,17 +155,22 @@ def _y4m_header(folder: Path, width: int, height: int) -> Path:
     return path
 
 
-def _mkv_16384(folder: Path) -> Path:
-    """A Matroska file whose header says 16384×16384 (a 256×256 file with its size fields rewritten)."""
+def _mkv_declaring(folder: Path, side: int) -> Path:
+    """A Matroska file whose header says ``side``×``side`` (a 256×256 file with its size fields rewritten)."""
     small = folder / "small.mkv"
     _ffmpeg("-f", "lavfi", "-i", "color=size=256x256:duration=0.2:rate=10", "-c:v", "rawvideo", str(small))
     data = small.read_bytes()
-    for element in (b"\xb0\x82", b"\xba\x82"):  # PixelWidth, PixelHeight: two-byte values, 0x0100 → 0x4000
+    for element in (b"\xb0\x82", b"\xba\x82"):  # PixelWidth, PixelHeight: two-byte values, 0x0100 → side
         assert data.count(element + b"\x01\x00") == 1
-        data = data.replace(element + b"\x01\x00", element + b"\x40\x00")
-    path = folder / "declares-16384x16384.mkv"
+        data = data.replace(element + b"\x01\x00", element + side.to_bytes(2, "big"))
+    path = folder / f"declares-{side}x{side}.mkv"
     path.write_bytes(data)
     return path
+
+
+def _stored_elsewhere(folder: Path) -> Path:
+    """A file of the farm's storage, as a playlist would name it."""
+    return make_clip(folder / "someone-elses-output.mp4", seconds=1, audio=False)
 
 
 def _oversize(folder: Path) -> Path:
@@ -174,10 +186,19 @@ REFUSED_TARGETS: dict[str, tuple[Callable[[Path], Path], int, str]] = {
     "jpeg-renamed-mp4": (_jpeg_renamed, 422, "media_not_video"),
     "audio-only": (_audio_only, 422, "media_not_video"),
     "zero-length": (_empty, 422, "media_unreadable"),
-    "header-16384x16384-y4m": (lambda f: _y4m_header(f, 16384, 16384), 422, "resolution_too_large"),
-    "header-16384x16384-mkv": (_mkv_16384, 422, "resolution_too_large"),
-    "header-8192x8192-over-the-limit": (lambda f: _y4m_header(f, 8192, 8192), 422, "resolution_too_large"),
+    "y4m-not-a-container-the-farm-reads": (lambda f: _y4m_header(f, 16384, 16384), 422, "media_format_refused"),
+    "header-16384x16384-mkv": (lambda f: _mkv_declaring(f, 16384), 422, "resolution_too_large"),
+    "header-8192x8192-over-the-limit": (lambda f: _mkv_declaring(f, 8192), 422, "resolution_too_large"),
     "over-size-upload": (_oversize, 413, "upload_too_large"),
+    "hls-playlist": (lambda f: hostile.hls_playlist(f / "playlist", _stored_elsewhere(f)), 422, "media_format_refused"),
+    "dash-manifest": (lambda f: hostile.dash_manifest(f / "mpd", _stored_elsewhere(f)), 422, "media_format_refused"),
+    "ffconcat-script": (lambda f: hostile.ffconcat(f / "list", _stored_elsewhere(f)), 422, "media_format_refused"),
+    "rotation-not-a-number": (
+        lambda f: hostile.mkv_with_rotation_tag(f / "rotated.mkv", "ninety"),
+        422,
+        "media_metadata_invalid",
+    ),
+    "5000-fps": (lambda f: hostile.mp4_at_rate(f / "fast.mp4", 5000), 422, "media_rate_invalid"),
 }
 
 
@@ -198,10 +219,23 @@ def _oversize_image(folder: Path) -> Path:
     return path
 
 
+def _three_jpegs(folder: Path) -> Path:
+    one = _still(folder / "one.jpg")
+    path = folder / "three.jpg"
+    path.write_bytes(one.read_bytes() * 3)
+    return path
+
+
 REFUSED_SOURCES: dict[str, tuple[Callable[[Path], Path], int, str]] = {
     "source-text-named-jpg": (_text_as_image, 422, "source_invalid"),
     "source-video-named-jpg": (_video_as_image, 422, "source_invalid"),
     "source-over-size": (_oversize_image, 413, "source_too_large"),
+    "source-header-40000x40000": (
+        lambda f: hostile.png_claiming(f / "face.png", 40000, 40000),
+        422,
+        "source_resolution_too_large",
+    ),
+    "source-three-pictures-in-one": (_three_jpegs, 422, "source_invalid"),
 }
 
 
@@ -211,8 +245,15 @@ def _job_count(settings: Settings) -> int:
 
 
 def _stored(settings: Settings) -> list[Path]:
+    """Stored files of no job the database knows: what a refused submission could leave behind. (Files of known
+    jobs change as the module's farm works on them, some perhaps left queued by other test modules.)"""
     root = Path(settings.storage_url.removeprefix("file://"))
-    return sorted(p for p in root.rglob("*") if p.is_file()) if root.exists() else []
+    with session_scope(settings.database_url) as s:
+        known = set(s.scalars(select(Job.id)))
+    files = (p for p in root.rglob("*") if p.is_file()) if root.exists() else iter(())
+    return sorted(
+        p for p in files if not (p.relative_to(root).parts[:1] == ("jobs",) and p.parts[len(root.parts) + 1] in known)
+    )
 
 
 def _assert_refused(response_of: Callable[[], object], settings: Settings, spool: Path, status: int, code: str) -> None:
@@ -278,13 +319,14 @@ def _failed_once(settings: Settings, api: TestClient, farm: Farm, job_id: str, c
     return body
 
 
+@pytest.mark.parametrize("pipeline", list(PIPELINES))
 def test_a_truncated_mp4_whose_header_survives_fails_as_truncated(
-    api: TestClient, farm: Farm, settings: Settings, tmp_path: Path
+    api: TestClient, farm: Farm, settings: Settings, tmp_path: Path, pipeline: str
 ) -> None:
     whole = make_clip(tmp_path / "whole.mp4", seconds=3, extra=["-movflags", "+faststart"])  # the index first
     cut = tmp_path / "cut.mp4"
     cut.write_bytes(whole.read_bytes()[: whole.stat().st_size // 2])
-    job_id = submit(api, cut, {**LOSSLESS, "chunk_frames": 30})
+    job_id = submit(api, cut, {**PIPELINES[pipeline], "chunk_frames": 30})
     body = _failed_once(settings, api, farm, job_id, "media_truncated")
     assert "90 frames" in str(body["error"])
 
@@ -340,17 +382,19 @@ ACCEPTED: dict[str, Callable[[Path], Path]] = {
     "portrait-rotation": _portrait,
     "hevc-10-bit": _hevc_10bit,
     "variable-frame-rate": _vfr,
+    "avi-without-presentation-times": lambda f: hostile.avi_with_b_frames(f / "b-frames.avi"),
 }
 
 
+@pytest.mark.parametrize("pipeline", list(PIPELINES))
 @pytest.mark.parametrize("case", list(ACCEPTED))
 def test_an_awkward_video_gives_a_correct_output(
-    case: str, api: TestClient, farm: Farm, corpus: Path, tmp_path: Path
+    case: str, pipeline: str, api: TestClient, farm: Farm, corpus: Path, tmp_path: Path
 ) -> None:
-    folder = corpus / case
+    folder = corpus / f"{case}-{pipeline}"
     folder.mkdir(exist_ok=True)
     clip = ACCEPTED[case](folder)
-    job_id = submit(api, clip, {**LOSSLESS, "chunk_frames": 20})
+    job_id = submit(api, clip, {**PIPELINES[pipeline], "chunk_frames": 20})
     body = wait_finished(api, job_id, farm)
     assert body["status"] == "succeeded", body
     output = download(api, job_id, tmp_path / "out.mp4")
@@ -374,6 +418,7 @@ NAMES = {
     "unicode": "vidéo de l'été 🎬 日本語.mp4",
     "spaces": "  my   holiday clip  .mp4",
     "no-extension": "clip",
+    "lying-extension": "clip.m3u8",
 }
 
 
@@ -397,7 +442,7 @@ def test_a_file_name_is_only_ever_a_label(
     root = Path(settings.storage_url.removeprefix("file://"))
     inputs = root / "jobs" / job_id / "input"
     stored = sorted(p.relative_to(inputs).as_posix() for p in inputs.rglob("*") if p.is_file())
-    assert stored in (["source-0.png", "target.mp4"], ["source-0.png", "target"]), stored
+    assert stored == ["source-0.png", "target.mp4"], "names and extensions chosen by the server from the content"
     assert all(p.resolve().is_relative_to(root.resolve()) for p in root.rglob("*"))
 
     assert wait_finished(api, job_id, farm)["status"] == "succeeded"
@@ -419,11 +464,12 @@ def _two_rates(folder: Path) -> Path:
     return path
 
 
+@pytest.mark.parametrize("pipeline", list(PIPELINES))
 def test_a_variable_frame_rate_video_keeps_its_frame_times(
-    api: TestClient, farm: Farm, corpus: Path, tmp_path: Path
+    api: TestClient, farm: Farm, corpus: Path, tmp_path: Path, pipeline: str
 ) -> None:
     clip = _two_rates(tmp_path)
-    job_id = submit(api, clip, {**LOSSLESS, "chunk_frames": 20})
+    job_id = submit(api, clip, {**PIPELINES[pipeline], "chunk_frames": 20})
     assert wait_finished(api, job_id, farm)["status"] == "succeeded"
     times_in, times_out = frame_times(clip), frame_times(download(api, job_id, tmp_path / "out.mp4"))
     assert len(times_out) == len(times_in)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -100,13 +99,20 @@ def test_a_worker_killed_mid_chunk_loses_nothing(
     farm.beat()
     job_id = submit(api, clip, {**LOSSLESS, "chunk_frames": 75})
 
-    def running_on_w1() -> bool:
-        return any(c.status == "running" and c.worker == "w1@test" for c in _chunks(settings, job_id))
+    def running_on(host: str) -> Chunk | None:
+        return next((c for c in _chunks(settings, job_id) if c.status == "running" and c.worker == host), None)
 
-    wait_for(running_on_w1, timeout=120, what="a chunk running on w1")
-    time.sleep(0.5)
-    farm.kill("w1")
-    farm.worker("w2")
+    for n in range(1, 6):  # until a kill lands mid-chunk: the chunk it held is still running, its attempt unfinished
+        chunk = wait_for(lambda n=n: running_on(f"w{n}@test"), timeout=120, what=f"a chunk running on w{n}")
+        assert isinstance(chunk, Chunk)
+        farm.kill(f"w{n}")
+        after = next(c for c in _chunks(settings, job_id) if c.id == chunk.id)
+        if after.status == "running" and after.attempts == chunk.attempts:
+            break
+        farm.worker(f"w{n + 1}")
+    else:
+        raise AssertionError("no kill landed mid-chunk in five tries")
+    farm.worker("survivor")
     body = wait_finished(api, job_id, farm)
     assert body["status"] == "succeeded", body
     chunks = _chunks(settings, job_id)

@@ -33,7 +33,7 @@ from shared.settings import Settings
 from shared.states import FINISHED_JOB_STATES
 from shared.storage import Storage
 from shared.tasks import RENDER_CHUNK, ChunkPayload, render_queue
-from tests.integration.conftest import download, submit, wait_finished
+from tests.integration.conftest import download, submit, wait_finished, with_face_models
 from tests.support.farm import Farm, wait_for
 from tests.support.faults import slow_tool
 from tests.support.media import assert_frames_match, make_clip, read_frames, stream_info
@@ -42,6 +42,11 @@ from tests.support.servers import PostgresServer
 pytestmark = pytest.mark.integration
 
 LOSSLESS: dict[str, Any] = {"processors": ["passthrough"], "encoder": {"lossless": True, "preset": "ultrafast"}}
+# The faults strike both render paths: the one-process transcode and the pipes through a pixel-touching processor.
+PIPELINES: dict[str, dict[str, Any]] = {
+    "transcode": LOSSLESS,
+    "pixels": {"processors": ["face_blur"], "encoder": {"lossless": True, "preset": "ultrafast"}},
+}
 
 
 def _chunks(settings: Settings, job_id: str) -> list[Chunk]:
@@ -95,16 +100,17 @@ def _assert_counted_once(settings: Settings, job_id: str) -> None:
 
 class TestWorkersKilledMidChunk:
     @pytest.fixture
-    def settings(self, settings: Settings) -> Settings:
+    def settings(self, settings: Settings, data_dir: Path, tmp_path: Path) -> Settings:
         # Five kills may land on the same chunk: each kill is an attempt, so the limit is above the kills.
-        return settings.model_copy(update={"max_attempts": 10})
+        return with_face_models(settings.model_copy(update={"max_attempts": 10}), data_dir, tmp_path)
 
+    @pytest.mark.parametrize("pipeline", list(PIPELINES))
     def test_five_sigkills_mid_chunk_lose_and_repeat_no_frame(
-        self, farm: Farm, api: TestClient, settings: Settings, tmp_path: Path
+        self, farm: Farm, api: TestClient, settings: Settings, tmp_path: Path, pipeline: str
     ) -> None:
         clip = make_clip(tmp_path / "clip.mp4", seconds=10, size="640x360")
         farm.beat()
-        job_id = submit(api, clip, {**LOSSLESS, "chunk_frames": 16})
+        job_id = submit(api, clip, {**PIPELINES[pipeline], "chunk_frames": 16})
         killed: list[str] = []
         started = 0
         while len(killed) < 5:
@@ -347,7 +353,7 @@ class TestDuplicateDelivery:
 # the real ffmpeg for everything else.
 _FAULTY_FFMPEG = """#!/bin/sh
 case " $* " in
-  *" -frames:v 45 "*"/00001.mp4 "*)
+  *" -frames:v 45 "*"/00001.mp4 "*|*" -s 328x184 "*"/00001.mp4 "*)
     echo "simulated encoder fault: cannot encode this chunk" >&2
     exit 1;;
 esac
@@ -355,8 +361,20 @@ exec {ffmpeg} "$@"
 """
 
 
-def test_a_chunk_that_always_fails_fails_its_job_after_the_retries_and_no_other(
-    farm: Farm, api: TestClient, settings: Settings, tmp_path: Path
+class TestAlwaysFailingChunk:
+    @pytest.fixture
+    def settings(self, settings: Settings, data_dir: Path, tmp_path: Path) -> Settings:
+        return with_face_models(settings, data_dir, tmp_path)
+
+    @pytest.mark.parametrize("pipeline", list(PIPELINES))
+    def test_a_chunk_that_always_fails_fails_its_job_after_the_retries_and_no_other(
+        self, farm: Farm, api: TestClient, settings: Settings, tmp_path: Path, pipeline: str
+    ) -> None:
+        _always_failing_chunk(farm, api, settings, tmp_path, PIPELINES[pipeline])
+
+
+def _always_failing_chunk(
+    farm: Farm, api: TestClient, settings: Settings, tmp_path: Path, options: dict[str, Any]
 ) -> None:
     real = shutil.which("ffmpeg")
     assert real is not None
@@ -369,8 +387,8 @@ def test_a_chunk_that_always_fails_fails_its_job_after_the_retries_and_no_other(
     good_clip = make_clip(tmp_path / "good.mp4", seconds=3, size="320x180")
     farm.worker("w1", env={"PATH": path})
     farm.worker("w2", env={"PATH": path})
-    bad = submit(api, bad_clip, {**LOSSLESS, "chunk_frames": 45})
-    good = submit(api, good_clip, {**LOSSLESS, "chunk_frames": 30})
+    bad = submit(api, bad_clip, {**options, "chunk_frames": 45})
+    good = submit(api, good_clip, {**options, "chunk_frames": 30})
 
     failed = wait_finished(api, bad, farm)
     assert failed["status"] == "failed", failed

@@ -3,6 +3,8 @@ and the chunk tasks of a job with their job ids."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +16,7 @@ from pydantic import SecretStr
 from shared.settings import Settings
 from shared.tasks import RENDER_CHUNK, render_queue
 from tests.integration.conftest import submit, wait_finished
-from tests.support.farm import Farm, wait_for
+from tests.support.farm import Farm, settings_env, wait_for
 from tests.support.services import answers, free_port
 from workers.engines.family import detect_family
 
@@ -68,3 +70,31 @@ def test_flower_asks_for_credentials_then_lists_the_worker_and_the_chunk_tasks_o
     assert isinstance(tasks, list)
     assert {task["worker"] for task in tasks} == {hostname}
     assert all("chunk_id" in str(task["kwargs"]) for task in tasks)
+
+
+@pytest.mark.parametrize(
+    ("user", "password", "why"),
+    [
+        ("ops", "secret,admin:x", "','"),  # Flower would read "admin:x" as a second login
+        ("ops,admin", "secret", "','"),
+        ("ops", "change-me", "not a default"),
+    ],
+)
+def test_flower_refuses_credentials_it_would_misread_or_that_are_defaults(
+    settings: Settings, user: str, password: str, why: str
+) -> None:
+    env = {
+        **settings_env(settings),
+        "SWAPFARM_FLOWER_USER": user,
+        "SWAPFARM_FLOWER_PASSWORD": password,
+        "COLUMNS": "200",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "cli", "flower", "--port", str(free_port())],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "settings_invalid" in done.stderr and why in done.stderr, done.stderr

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
+from shared.broker import make_celery, queue_depths
 from shared.db import session_scope
 from shared.models import Chunk
 from shared.settings import Settings
+from shared.tasks import render_queue
 from tests.integration.conftest import submit, wait_finished
 from tests.support.farm import Farm, wait_for
 
@@ -33,12 +34,27 @@ def test_a_cuda_job_waits_for_a_cuda_worker_while_cpu_workers_run_other_families
     wait_for(lambda: _chunks(settings, job_id), timeout=60, what="the job's plan (made by the cpu worker)")
     cpu_job = submit(api, clip_short, {**PASSTHROUGH, "family": "cpu"})
     assert wait_finished(api, cpu_job, farm)["status"] == "succeeded"  # the cpu worker is alive and rendering
-    time.sleep(1.0)
+    celery = make_celery(settings)
+    try:  # the cpu worker has taken every message of its queues; the cuda job's are all still waiting
+        expected = {
+            render_queue("cpu"): 0,
+            render_queue("any"): 0,
+            render_queue("cuda"): len(_chunks(settings, job_id)),
+        }
+        wait_for(
+            lambda: {q: queue_depths(celery)[q] for q in expected} == expected,
+            timeout=60,
+            what=f"queue depths {expected}",
+        )
+    finally:
+        celery.close()
     waiting = _chunks(settings, job_id)
     assert {(c.status, c.worker, c.attempts) for c in waiting} == {("queued", None, 0)}
     assert api.get(f"/v1/jobs/{job_id}").json()["status"] not in {"succeeded", "failed"}
 
-    cuda_worker = farm.worker("w2", env={"SWAPFARM_FAMILY": "cuda"})  # forced: no GPU needed for passthrough
+    # forced, with the CPU provider chosen explicitly (else a CUDA worker without a GPU takes no render work)
+    cuda_env = {"SWAPFARM_FAMILY": "cuda", "SWAPFARM_EXECUTION_PROVIDERS": '["CPUExecutionProvider"]'}
+    cuda_worker = farm.worker("w2", env=cuda_env)
     body = wait_finished(api, job_id, farm)
     assert body["status"] == "succeeded", body
     rendered = _chunks(settings, job_id)

@@ -185,7 +185,12 @@ def test_finished_jobs_expire_after_the_retention_time_and_cannot_be_retried(dat
         s.execute(update(Job).where(Job.id == job_id).values(finished_at=utcnow() - timedelta(hours=2)))
     with session_scope(database_url) as s:
         assert job_id in control.expire_due(s, ttl_seconds=3600)
-        assert job_id not in control.expire_due(s, ttl_seconds=3600), "expired once"
+        assert not control.retry_job(s, job_id, default_limit=4, ttl_seconds=3600).changed, "past the retention"
+    with session_scope(database_url) as s:
+        assert job_id in control.expire_due(s, ttl_seconds=3600), "due until its files are deleted"
+        assert control.mark_expired(s, job_id, 3600)
+        assert not control.mark_expired(s, job_id, 3600), "expired once"
+        assert job_id not in control.expire_due(s, ttl_seconds=3600)
     with session_scope(database_url) as s:
         assert not control.retry_job(s, job_id, default_limit=4).changed
     assert _kinds(database_url, job_id)[-1] == "expired"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from tests.support.faces import cpu_settings
 from workers.doctor import diagnose, hardware_codecs
-from workers.engines.family import _family_from_torch, detect_family, torch_build
+from workers.engines.family import _family_from_torch, detect_family, refused_render_queues, torch_build
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -75,3 +75,15 @@ def test_doctor_reports_this_cpu_machine_and_warns_about_a_cuda_family_it_cannot
     assert any("no GPU provider" in w for w in cuda.warnings)
     assert any("torch sees no GPU" in w for w in cuda.warnings)
     assert any("torch engine on cuda" in e for e in cuda.errors)  # auto picks torch for cuda: not usable here
+
+
+def test_a_gpu_worker_without_its_gpu_provider_refuses_render_work_unless_providers_are_chosen() -> None:
+    cpu_only = ["CPUExecutionProvider"]
+    refused, reason = refused_render_queues("cuda", cpu_only)
+    assert refused == {"render.cuda", "render.any"} and reason and "CUDAExecutionProvider" in reason
+    refused, reason = refused_render_queues("rocm", ["AzureExecutionProvider", *cpu_only])
+    assert refused == {"render.rocm", "render.any"} and reason and "MIGraphXExecutionProvider" in reason
+    assert refused_render_queues("cuda", ["TensorrtExecutionProvider", *cpu_only]) == (frozenset(), None)
+    assert refused_render_queues("cuda", cpu_only, chosen=cpu_only) == (frozenset(), None), "a decision"
+    assert refused_render_queues("cpu", cpu_only) == (frozenset(), None)
+    assert refused_render_queues("mps", cpu_only) == (frozenset(), None), "MPS falls back in torch, reported there"

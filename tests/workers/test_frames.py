@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -9,6 +10,7 @@ import pytest
 
 from shared.errors import FfmpegError
 from shared.options import EncoderOptions
+from tests.support.hostile import corrupt_h264, stderr_bytes_of_decoding
 from tests.support.media import make_clip, psnr, read_frames
 from workers.frames import FrameReader, FrameWriter
 
@@ -69,3 +71,27 @@ def test_an_encoder_that_dies_is_reported_with_its_own_error_not_a_broken_pipe(t
         finally:
             writer.abort()
     assert "No such file or directory" in info.value.message
+
+
+def test_a_decoder_that_gives_no_frame_is_stopped_after_the_stall_timeout(tmp_path: Path) -> None:
+    # A FIFO whose writer sends nothing: ffmpeg opens it and waits for data forever, as on a stalled stream.
+    fifo = tmp_path / "stalled.ts"
+    os.mkfifo(fifo)
+    writer = os.open(fifo, os.O_RDWR)  # holds the FIFO open without writing
+    try:
+        reader = FrameReader(
+            fifo, seek_seconds=0, frames=10, width=64, height=64, batch_size=4, demuxer="mpegts", stall_seconds=1
+        )
+        with reader, pytest.raises(FfmpegError) as stalled:
+            list(reader)
+        assert stalled.value.code == "chunk_stalled"
+        assert reader._proc is not None and reader._proc.poll() is not None, "the stalled decoder was killed"
+    finally:
+        os.close(writer)
+
+
+def test_a_decoder_flooding_its_stderr_still_delivers_every_frame(tmp_path: Path) -> None:
+    clip = corrupt_h264(tmp_path / "corrupt.mp4", seconds=4)
+    assert stderr_bytes_of_decoding(clip) > 256 * 1024, "the test needs a decoder that floods its stderr"
+    with FrameReader(clip, seek_seconds=0, frames=120, width=1280, height=720, batch_size=8, stall_seconds=60) as r:
+        assert sum(len(batch) for batch in r) == 120

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import cv2
@@ -10,6 +12,7 @@ import pytest
 
 from shared.errors import NoFaceInSourceError, SourceImageError
 from tests.support.faces import MEDIA, MODELS, clip_frames, detector, engine, image
+from tests.support.hostile import png_claiming
 from workers.faces.recognition import FaceEmbedder, largest_face, normalise, read_image, source_identity
 from workers.faces.selection import cosine_distance
 
@@ -102,3 +105,16 @@ def test_a_missing_source_image_is_a_source_error(tmp_path: Path) -> None:
 def test_source_identity_needs_an_image() -> None:
     with pytest.raises(ValueError):
         source_identity([], detector(), _embedder())
+
+
+def test_a_worker_caps_the_images_opencv_decodes_at_the_source_pixel_limit(tmp_path: Path) -> None:
+    # The cap is read once, when OpenCV loads: a fresh process, set up as `swapfarm worker` sets itself up.
+    image = png_claiming(tmp_path / "face.png", 9000, 9000)  # 81 Mpx, above a 50 Mpx limit
+    code = (
+        "import sys; from pathlib import Path; from cli.main import _cap_images; _cap_images(50_000_000)\n"
+        "from shared.errors import SourceImageError; from workers.faces.recognition import read_image\n"
+        "try: read_image(Path(sys.argv[1]))\n"
+        "except SourceImageError as exc: print(exc.code, exc.message)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code, str(image)], capture_output=True, text=True, timeout=120)
+    assert done.stdout.startswith("source_invalid") and "too large" in done.stdout, done.stdout + done.stderr

@@ -12,7 +12,7 @@ import logging
 import platform
 import re
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from shared.options import AcceleratorFamily
@@ -74,3 +74,37 @@ def detect_family(settings: Settings) -> AcceleratorFamily:
     family = family_from_providers(onnxruntime.get_available_providers()) or _family_from_torch() or "cpu"
     logger.info("accelerator family: %s (detected)", family)
     return family
+
+
+# The ONNX Runtime providers without which a GPU family's worker would run its models on the CPU.
+GPU_PROVIDERS: dict[str, tuple[str, ...]] = {
+    "cuda": ("TensorrtExecutionProvider", "CUDAExecutionProvider"),
+    "rocm": ("MIGraphXExecutionProvider", "ROCMExecutionProvider"),
+}
+
+
+def refused_render_queues(
+    family: str, providers: Iterable[str], chosen: Sequence[str] | None = None
+) -> tuple[frozenset[str], str | None]:
+    """The render queues a worker of ``family`` must not consume with these ONNX Runtime ``providers``, and why.
+
+    A CUDA or ROCm worker whose ONNX Runtime lacks the family's GPU provider (a CPU wheel installed over the GPU
+    one, a driver library missing) would render its family's chunks on the CPU, many times slower and silently.
+    It refuses ``render.<family>`` and ``render.any`` instead, and says so. Providers the operator ``chosen``
+    explicitly (``SWAPFARM_EXECUTION_PROVIDERS``) are a decision, not a fallback: nothing is refused.
+
+    >>> refused_render_queues("cuda", ["CPUExecutionProvider"])[0] == {"render.cuda", "render.any"}
+    True
+    >>> refused_render_queues("cuda", ["CUDAExecutionProvider", "CPUExecutionProvider"])
+    (frozenset(), None)
+    """
+    wanted = GPU_PROVIDERS.get(family)
+    offered = set(providers)
+    if wanted is None or offered & set(wanted) or chosen:
+        return frozenset(), None
+    reason = (
+        f"this {family} worker's ONNX Runtime offers {sorted(offered)}, none of {list(wanted)}: it would render on "
+        f"the CPU, so it takes no render.{family} or render.any work (install the family's ONNX Runtime build, "
+        f"check the driver libraries with `swapfarm doctor`)"
+    )
+    return frozenset({f"render.{family}", "render.any"}), reason

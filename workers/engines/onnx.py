@@ -18,6 +18,7 @@ import numpy as np
 from shared.errors import ModelError
 from shared.options import AcceleratorFamily
 from shared.settings import Settings
+from workers import notices
 from workers.engines.base import Tensor
 from workers.engines.family import detect_family
 
@@ -53,7 +54,7 @@ def choose_providers(
     family: AcceleratorFamily, available: Iterable[str], override: Sequence[str] | None = None
 ) -> tuple[str, ...]:
     """The providers to use, best first: ``override`` if given, else the family's order; either way kept to
-    the ``available`` ones.
+    the ``available`` ones. Falling back to the CPU alone is reported (``execution_provider_fallback``).
 
     Raises:
         ModelError: none of the wanted providers is available.
@@ -66,6 +67,12 @@ def choose_providers(
         logger.warning("execution providers %s are not available here; using %s", missing, chosen)
     if not chosen:
         raise ModelError(f"none of the execution providers {list(wanted)} is available (have {sorted(offered)})")
+    if chosen == (CPU_PROVIDER,) and wanted != (CPU_PROVIDER,):
+        notices.report(
+            "execution_provider_fallback",
+            f"ONNX Runtime offers none of {[p for p in wanted if p != CPU_PROVIDER]} here; models run on the CPU",
+            sticky=True,
+        )
     return chosen
 
 

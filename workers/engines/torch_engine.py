@@ -28,6 +28,7 @@ import torch
 
 from shared.errors import ModelError
 from shared.settings import CompileMode, Precision
+from workers import notices
 from workers.engines.base import Tensor
 from workers.engines.memory import DeviceMemory, HostMemory, fitted_batch
 from workers.engines.onnx_to_torch import OnnxModule, TensorSpec, convert, numpy_dtype
@@ -358,8 +359,9 @@ def _size(count: int | None) -> str:
 
 
 def device_for(family: str) -> str:
-    """The torch device of an accelerator family: CUDA and ROCm both appear as ``cuda``; MPS as ``mps``;
-    everything else (cpu, openvino) runs torch on the CPU.
+    """The torch device of an accelerator family: CUDA and ROCm both appear as ``cuda``; MPS as ``mps`` (the CPU,
+    reported as ``mps_unavailable``, when torch cannot use it); everything else (cpu, openvino) runs torch on the
+    CPU.
 
     Raises:
         ModelError: the family's device is not usable by this torch build.
@@ -369,5 +371,13 @@ def device_for(family: str) -> str:
             raise ModelError(f"the worker's family is {family} but torch sees no GPU (torch {torch.__version__})")
         return "cuda"
     if family == "mps":
-        return "mps" if torch.backends.mps.is_available() else "cpu"
+        if torch.backends.mps.is_available():
+            return "mps"
+        notices.report(
+            "mps_unavailable",
+            f"the worker's family is mps but torch {torch.__version__} has no usable MPS device; "
+            "its models run on the CPU (much slower)",
+            sticky=True,
+        )
+        return "cpu"
     return "cpu"

@@ -17,6 +17,7 @@ import numpy.typing as npt
 
 from shared.errors import NoFaceInSourceError, SourceImageError
 from shared.settings import Settings
+from workers import notices
 from workers.engines.base import Engine
 from workers.engines.batching import run_in_batches
 from workers.engines.onnx import OnnxEngine
@@ -143,7 +144,10 @@ def read_image(path: Path) -> Frame:
         data = np.fromfile(path, dtype=np.uint8)
     except OSError as error:
         raise SourceImageError(f"cannot read source image {path.name}: {error.strerror}") from error
-    image = cv2.imdecode(data, cv2.IMREAD_COLOR) if data.size else None
+    try:  # over OpenCV's image-size cap (OPENCV_IO_MAX_IMAGE_PIXELS, set by the worker) it raises, not decodes
+        image = cv2.imdecode(data, cv2.IMREAD_COLOR) if data.size else None
+    except cv2.error as error:
+        raise SourceImageError(f"source image {path.name} is too large or not a readable image") from error
     if image is None:
         raise SourceImageError(f"source image {path.name} is not a readable image")
     return np.asarray(image, dtype=np.uint8)
@@ -157,7 +161,8 @@ def largest_face(faces: Sequence[Face]) -> Face:
 def source_identity(images: Sequence[Path], detector: FaceDetector, embedder: FaceEmbedder) -> FloatArray:
     """The identity shown by a set of source images: the normalised mean of their normalised embeddings.
 
-    Each image contributes its largest face.
+    Each image contributes its largest face; an image with several is reported (``source_several_faces``, naming
+    the face used), never chosen from silently.
 
     Returns:
         float32 [D], unit length.
@@ -170,12 +175,20 @@ def source_identity(images: Sequence[Path], detector: FaceDetector, embedder: Fa
     if not images:
         raise ValueError("source_identity needs at least one image")
     embeddings = []
-    for path in images:
+    for number, path in enumerate(images, start=1):
         image = read_image(path)
         faces = detector.detect_frame(image)
         if not faces:
             raise NoFaceInSourceError(f"no face found in source image {path.name}")
-        face = embedder.embed_faces(image, [largest_face(faces)])[0]
+        largest = largest_face(faces)
+        if len(faces) > 1:
+            x1, y1, x2, y2 = (int(round(float(v))) for v in largest.box[:4])
+            notices.report(
+                "source_several_faces",
+                f"source image {number} shows {len(faces)} faces; the largest was used "
+                f"(box x {x1}-{x2}, y {y1}-{y2} of the {image.shape[1]}x{image.shape[0]} image)",
+            )
+        face = embedder.embed_faces(image, [largest])[0]
         assert face.embedding is not None
         embeddings.append(face.embedding)
         logger.debug("source %s: %s faces, using the largest (score %.2f)", path.name, len(faces), face.score)
