@@ -16,7 +16,7 @@ import logging
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from shared.media import probe
+from shared.media import MediaInfo, input_args, probe
 from workers import ffmpeg
 from workers.runtime import Runtime
 
@@ -25,6 +25,7 @@ logger = logging.getLogger(__name__)
 POINTS = (1 / 6, 1 / 2, 5 / 6)  # where in the video the stills are taken, as fractions of its frames
 WIDTH = 640  # the widest a still is (smaller videos keep their size)
 MANIFEST = "stills.json"
+OUTPUT_DEMUXER = "mov"  # the stitched output is an MP4
 
 
 @dataclass(frozen=True)
@@ -55,8 +56,9 @@ def seek_seconds(times: list[float], frame: int, start_time: float) -> float:
     return max(0.0, times[frame] - start_time - margin)
 
 
-def still_args(source: Path, seek: float, output: Path) -> list[str]:
-    """One frame at ``seek`` as a JPEG at most :data:`WIDTH` wide, keeping the aspect."""
+def still_args(source: Path, seek: float, output: Path, demuxer: str) -> list[str]:
+    """One frame at ``seek`` as a JPEG at most :data:`WIDTH` wide, keeping the aspect; ``source`` is read as a
+    plain local file with ``demuxer`` forced (``shared.media.input_args``), as every read of a user's file is."""
     return [
         ffmpeg.FFMPEG,
         "-hide_banner",
@@ -66,8 +68,7 @@ def still_args(source: Path, seek: float, output: Path) -> list[str]:
         "-y",
         "-ss",
         f"{seek:.6f}",
-        "-i",
-        str(source),
+        *input_args(source, demuxer),
         "-map",
         "0:v:0",
         "-frames:v",
@@ -89,20 +90,23 @@ def make(
     output: Path,
     target_times: list[float],
     output_times: list[float],
-    target_start: float,
+    target_media: MediaInfo,
     folder: Path,
 ) -> list[Still]:
-    """Write the stills of ``target`` and ``output`` (the same frames) into ``folder``.
+    """Write the stills of ``target`` (described by ``target_media``) and ``output`` (the same frames, an MP4 of
+    the farm's own) into ``folder``.
 
     Raises:
         FfmpegError: a frame could not be decoded or written.
     """
-    output_start = probe(output).start_time
+    output_start = probe(output, OUTPUT_DEMUXER).start_time
     stills = []
     for index, frame in enumerate(frames_at(min(len(target_times), len(output_times)))):
         before, after = f"{index:02d}-before.jpg", f"{index:02d}-after.jpg"
-        ffmpeg.run(still_args(target, seek_seconds(target_times, frame, target_start), folder / before), what="still")
-        ffmpeg.run(still_args(output, seek_seconds(output_times, frame, output_start), folder / after), what="still")
+        seek = seek_seconds(target_times, frame, target_media.start_time)
+        ffmpeg.run(still_args(target, seek, folder / before, target_media.demuxer), what="still")
+        seek = seek_seconds(output_times, frame, output_start)
+        ffmpeg.run(still_args(output, seek, folder / after, OUTPUT_DEMUXER), what="still")
         seconds = round(target_times[frame] - target_times[0], 3)
         stills.append(Still(index, frame, seconds, before, after))
     (folder / MANIFEST).write_text(json.dumps({"stills": [asdict(s) for s in stills]}))

@@ -63,7 +63,7 @@ def stitch(job_id: str, rt: Runtime) -> None:
                     raise SwapfarmError(
                         f"stitched output has {counted} frames, expected {frames_total}", code="stitch_mismatch"
                     )
-                _stills(rt, job_id, target, stitched, times, output_times, media.start_time, tmp)
+                _stills(rt, job_id, target, stitched, times, output_times, media, tmp)
             if not beat.alive:
                 raise LeaseLostError(f"job {job_id}: stitch lease lost")
             output_bytes = stitched.stat().st_size
@@ -136,14 +136,14 @@ def _stills(
     output: Path,
     times: list[float],
     output_times: list[float],
-    start_time: float,
+    media: MediaInfo,
     tmp: Path,
 ) -> None:
     """The before/after stills of the jobs console; a failure is the job's event, never the job's failure."""
     folder = tmp / "stills"
     folder.mkdir()
     try:
-        made = stills.make(target, output, times, output_times, start_time, folder)
+        made = stills.make(target, output, times, output_times, media, folder)
         stills.publish(rt, job_id, folder, made)
     except (SwapfarmError, OSError) as exc:
         logger.warning("job %s: no before/after stills: %s", job_id, exc)
