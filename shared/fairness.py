@@ -7,9 +7,10 @@ order is decided here, in Postgres, when a worker claims work:
 
 * a ``render_chunk`` message is a *token*: "one chunk of this family's queue is waiting". Each queued chunk was
   sent one; the worker that receives a token claims the *fairest* queued chunk of the same family — not
-  necessarily the one the message names. Every claim consumes one token and one queued chunk, so tokens never
-  run out while chunks wait (lost ones are re-sent by the reaper, as before), and an extra token finds nothing to
-  claim and does nothing;
+  necessarily the one the message names. When it claims another chunk and the named one is still queued, it
+  sends the named chunk a new message (:func:`still_queued`): every queued chunk keeps a message naming it, which
+  is what the reaper checks (``shared.reaper``), and the claimed chunk's own message, still in the broker, is a
+  spare token. Tokens never run out while chunks wait, and a spare finds nothing to claim and does nothing;
 * the fairest chunk: first the admin band (``ADMIN_PRIORITY``, farm-wide urgency, admin keys only); then the
   tenant with the fewest chunks rendering now (an equal share of the workers), then the tenant served longest
   ago (``tenants.last_served_at``: round robin when shares are equal — with one worker, tenants alternate); then,
@@ -33,9 +34,9 @@ from sqlalchemy.orm import Session
 from shared import jobs
 from shared.models import Chunk, Job, Tenant, utcnow
 from shared.states import ChunkStatus, JobStatus
-from shared.tasks import ADMIN_PRIORITY
+from shared.tasks import ADMIN_PRIORITY, render_queue
 
-__all__ = ["CANDIDATES", "claim_next", "fair_order", "mark_served"]
+__all__ = ["CANDIDATES", "claim_next", "fair_order", "mark_served", "still_queued"]
 
 CANDIDATES = 8  # chunks tried in fair order (one locked at a time) before falling back to the message's own
 
@@ -102,3 +103,14 @@ def mark_served(session: Session, job_id: str) -> None:
     """Record that the tenant of ``job_id`` was just served (a chunk of its was claimed)."""
     tenant_id = select(Job.tenant_id).where(Job.id == job_id).scalar_subquery()
     session.execute(update(Tenant).where(Tenant.id == tenant_id).values(last_served_at=utcnow()))
+
+
+def still_queued(session: Session, chunk_id: str) -> tuple[str, int] | None:
+    """The render queue and priority of chunk ``chunk_id`` when it is still queued in a rendering job (a token
+    naming it was spent on a fairer chunk, so it needs another); ``None`` otherwise."""
+    row = session.execute(
+        select(Job.family, Job.priority)
+        .join(Chunk, Chunk.job_id == Job.id)
+        .where(Chunk.id == chunk_id, Chunk.status == ChunkStatus.QUEUED, Job.status == JobStatus.RENDERING)
+    ).first()
+    return (render_queue(row[0]), int(row[1])) if row is not None else None

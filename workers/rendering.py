@@ -58,6 +58,15 @@ def render_chunk(job_id: str, chunk_id: str, rt: Runtime) -> None:
         target_url, source_urls, priority = job.target_url, list(job.source_urls), job.priority
     with session_scope(rt.db) as session:
         fairness.mark_served(session, claim.job_id)
+        # The message named another chunk, still queued: it needs a message of its own again, so that what the
+        # broker holds keeps matching what Postgres says is queued (the reaper compares them chunk by chunk; see
+        # ``shared.reaper``). The claimed chunk's own message stays in the broker as a spare token.
+        orphaned = fairness.still_queued(session, chunk_id) if claim.chunk_id != chunk_id else None
+    if orphaned is not None:
+        queue, named_priority = orphaned
+        rt.dispatcher.send(
+            RENDER_CHUNK, ChunkPayload(job_id=job_id, chunk_id=chunk_id), queue=queue, priority=named_priority
+        )
     with job_context(job_id=claim.job_id, chunk_id=claim.chunk_id), notices.collecting() as found:
         _render_claimed(rt, claim, options, media, target_url, source_urls, priority)
     notices.record(rt.db, claim.job_id, found)

@@ -18,6 +18,8 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
 from api.app import create_app
+from shared import reaper
+from shared.broker import broker_contents, make_celery
 from shared.db import session_scope
 from shared.media import frame_times
 from shared.models import Chunk, Job
@@ -232,6 +234,19 @@ def test_a_tenant_flooding_the_farm_with_urgent_jobs_does_not_starve_another(
             assert before <= 2, f"{before} of the busy tenant's chunks started before the other tenant's first"
             assert len(busy_starts) == 50, "every flood job was planned before the other tenant's job rendered"
             assert sum(1 for at in busy_starts if at is None or at > started) >= 40, "the flood had not drained"
+            # Tokens spent on the other tenant's chunk were given back: every queued chunk still has a message
+            # naming it, so the reaper finds nothing lost and tells no job its messages were re-sent.
+            celery = make_celery(settings)
+            try:
+                contents = broker_contents(celery)
+            finally:
+                celery.close()
+            assert contents is not None
+            with session_scope(settings.database_url) as s:
+                lost = [
+                    w for w in reaper.missing(s, contents, taken_within=settings.lease_seconds) if w.job_id in flood
+                ]
+            assert not lost, f"{len(lost)} queued chunks have no message of their own"
         finally:
             for job_id in flood:  # leave no rendering job behind for other tests' workers
                 busy.post(f"/v1/jobs/{job_id}/cancel")

@@ -112,3 +112,20 @@ def test_workers_claiming_at_once_take_different_chunks(database_url: str, famil
     for t in threads:
         t.join()
     assert len(claimed) == len(set(claimed)) == 6, claimed
+
+
+def test_a_token_spent_on_a_fairer_chunk_leaves_its_own_chunk_a_queue_to_be_sent_to(
+    database_url: str, family: str
+) -> None:
+    urgent, modest = _tenant(database_url), _tenant(database_url)
+    flood = _rendering_job(database_url, urgent, family, 9, 2)
+    other = _rendering_job(database_url, modest, family, 1, 1)
+    with session_scope(database_url) as s:
+        named = s.scalar(select(Chunk.id).where(Chunk.job_id == flood, Chunk.index == 0))
+        assert named is not None
+        fairness.mark_served(s, flood)  # the flood's tenant was served last: the other tenant's turn
+    with session_scope(database_url) as s:
+        claim = fairness.claim_next(s, named, worker="w1", family="cpu", lease_seconds=60)
+        assert claim is not None and claim.job_id == other
+        assert fairness.still_queued(s, named) == (f"render.{family}", 9)
+        assert fairness.still_queued(s, claim.chunk_id) is None, "the claimed chunk is running, not queued"
