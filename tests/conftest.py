@@ -10,9 +10,13 @@ from pathlib import Path
 import psycopg
 import pytest
 import redis
+from sqlalchemy import update
 
+from shared.db import session_scope
+from shared.models import Chunk, Job, utcnow
 from shared.schema import upgrade
 from shared.settings import Settings
+from shared.states import ACTIVE_JOB_STATES, ChunkStatus, JobStatus
 from tests.support.media import make_clip
 from tests.support.tenants import make_key
 
@@ -36,6 +40,29 @@ def database_url() -> Iterator[str]:
     engine_for.cache_clear()
     with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(autouse=True)
+def _no_live_work_left(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After each test that used the database, cancel the work it left unfinished (its processes are stopped by
+    then): render messages are tokens any worker of the family may spend on any queued chunk
+    (``shared.fairness``), so a test's leftovers would otherwise be claimed by the next test's workers."""
+    yield
+    if "database_url" not in request.fixturenames:
+        return
+    url = request.getfixturevalue("database_url")
+    with session_scope(url) as session:
+        live = (ChunkStatus.QUEUED, ChunkStatus.RUNNING)
+        session.execute(
+            update(Chunk)
+            .where(Chunk.status.in_(live))
+            .values(status=ChunkStatus.CANCELLED, lease_token=None, lease_expires_at=None)
+        )
+        session.execute(
+            update(Job)
+            .where(Job.status.in_((*ACTIVE_JOB_STATES, JobStatus.WAITING)))
+            .values(status=JobStatus.CANCELLED, finished_at=utcnow(), lease_token=None, lease_expires_at=None)
+        )
 
 
 @pytest.fixture(scope="session")
