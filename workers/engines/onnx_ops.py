@@ -484,6 +484,10 @@ def _resize(node: Node) -> Kernel:
         align, torch_mode = False, "nearest"
     elif mode == "nearest" and (transform, nearest) == ("half_pixel", "round_prefer_ceil"):
         align, torch_mode = False, "nearest-exact"
+    elif mode == "cubic" and transform in {"half_pixel", "pytorch_half_pixel", "align_corners"} and (
+        float(node.attr("cubic_coeff_a", -0.75)) == -0.75 and not node.attr("exclude_outside", 0)
+    ):  # torch's bicubic: Keys' kernel with a = -0.75, borders clamped (what both exporters write for it)
+        align, torch_mode = transform == "align_corners", "bicubic"
     else:
         raise node.fail(f"mode={mode} with {transform}/{nearest} is not supported")
     scales = node.static(2).astype(np.float64).reshape(-1) if node.has(2) and node.static(2).size else None
@@ -492,6 +496,8 @@ def _resize(node: Node) -> Kernel:
         raise node.fail(f"only spatial scales are supported, got {list(scales)}")
     spatial = len(scales) - 2 if scales is not None else len(sizes or []) - 2
     torch_mode = torch_mode or _INTERPOLATION.get(spatial, "")
+    if torch_mode == "bicubic" and spatial != 2:
+        raise node.fail("cubic Resize of other than two spatial axes is not supported")
     if not torch_mode or sizes is not None and not all(isinstance(s, int) for s in sizes[2:]):
         raise node.fail("Resize of this rank or with run-time sizes is not supported")
     size = [int(s) for s in sizes[2:]] if sizes is not None else None  # type: ignore[arg-type]  # ints, checked
@@ -644,18 +650,32 @@ def _slice(node: Node) -> Kernel:
         starts, ends = node.ints(1), node.ints(2)
         axes = node.ints(3) if node.has(3) else list(range(len(starts)))
         steps = node.ints(4) if node.has(4) else [1] * len(starts)
-    if any(step < 1 for step in steps):
-        raise node.fail("Slice with a negative or zero step is not supported")
-    cuts = {
-        axis: slice(start, min(end, INT64_MAX), step)
-        for axis, start, end, step in zip(axes, starts, ends, steps, strict=True)
-    }
+    if 0 in steps:
+        raise node.fail("Slice with a zero step is not valid ONNX")
+    cuts = list(zip(axes, starts, ends, steps, strict=True))
 
     def run(x: Tensor) -> Tensor:
-        index = tuple(cuts.get(axis, cuts.get(axis - x.dim(), slice(None))) for axis in range(x.dim()))
-        return x[index]
+        for axis, start, end, step in cuts:
+            x = _cut(x, axis % x.dim(), start, end, step)
+        return x
 
     return Kernel(run, (0,))
+
+
+def _cut(x: Tensor, axis: int, start: int, end: int, step: int) -> Tensor:
+    """``x[start:end:step]`` along ``axis``, clamped as ONNX clamps (Python's slice rules, for these bounds).
+
+    torch's indexing refuses negative steps, which the exporters write for ``flip`` and for the pad amounts of
+    ``ReflectionPad2d``/``ReplicationPad2d``: the axis is flipped and sliced forwards instead.
+    """
+    size = int(x.shape[axis])
+    first, stop, stride = slice(start, min(end, INT64_MAX), step).indices(size)
+    index: list[slice] = [slice(None)] * x.dim()
+    if stride > 0:
+        index[axis] = slice(first, stop, stride)
+        return x[tuple(index)]
+    index[axis] = slice(size - 1 - first, size - 1 - stop, -stride)
+    return x.flip(axis)[tuple(index)]
 
 
 @_op("Gather")
@@ -787,7 +807,9 @@ def _shape_slice(node: Node) -> Value:
     elements, _ = _elements(node, 0)
     starts, ends = node.ints(1), node.ints(2)
     steps = node.ints(4) if node.has(4) else [1]
-    return shape_value(elements[starts[0] : min(ends[0], INT64_MAX) : steps[0]])
+    if steps[0] == 0:
+        raise node.fail("Slice with a zero step is not valid ONNX")
+    return shape_value(elements[starts[0] : min(ends[0], INT64_MAX) : steps[0]])  # Python clamps as ONNX does
 
 
 @_shape_op("Cast")
