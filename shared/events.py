@@ -33,6 +33,9 @@ class EventKind(StrEnum):
     CANCELLED = "cancelled"
     RETRIED = "retried"  # the user asked to run a failed job again
     EXPIRED = "expired"  # the job's files were deleted after the retention time
+    # A slower path a chunk took, the job going on (error_code says which: engine_fallback = ONNX Runtime instead
+    # of the torch engine for a model, eager_fallback = a model uncompiled); recorded once per job and kind/model.
+    DEGRADED = "degraded"
 
 
 def record(
@@ -68,3 +71,20 @@ def after(session: Session, job_id: str, after_id: int = 0, limit: int = 100) ->
     return session.scalars(
         select(JobEvent).where(JobEvent.job_id == job_id, JobEvent.id > after_id).order_by(JobEvent.id).limit(limit)
     ).all()
+
+
+def record_once(
+    session: Session, job_id: str, kind: EventKind, *, error_code: str, message: str, chunk_index: int | None = None
+) -> bool:
+    """Add an event unless the job already has one of this kind, code and message (a fallback every chunk of a
+    job takes is worth one line of its log, not one per chunk). Returns whether it was added."""
+    seen = session.scalar(
+        select(JobEvent.id)
+        .where(JobEvent.job_id == job_id, JobEvent.kind == kind, JobEvent.error_code == error_code)
+        .where(JobEvent.message == message[:2000])
+        .limit(1)
+    )
+    if seen is not None:
+        return False
+    record(session, job_id, kind, chunk_index=chunk_index, error_code=error_code, message=message)
+    return True

@@ -34,7 +34,8 @@ class WorkerMetrics:
 
     ``swapfarm_chunk_render_seconds``, ``swapfarm_frames_rendered_total`` and
     ``swapfarm_worker_frames_per_second`` per chunk; ``swapfarm_render_batch_size`` per batch;
-    ``swapfarm_retries_total`` per failed attempt sent again; ``swapfarm_stitch_seconds`` per stitch;
+    ``swapfarm_retries_total`` per failed attempt sent again; ``swapfarm_degraded_chunks_total`` per chunk a model
+    rendered on a slower path; ``swapfarm_stitch_seconds`` per stitch;
     ``swapfarm_device_memory_bytes`` read at scrape time; the standard ``process_*`` series.
     """
 
@@ -66,6 +67,13 @@ class WorkerMetrics:
         )
         for step in RETRY_STEPS:
             self.retries.labels(step=step)
+        self.degradations = Counter(
+            "swapfarm_degraded_chunks",
+            "Chunks a model rendered on a slower path: kind engine_fallback (ONNX Runtime instead of the torch "
+            "engine) or eager_fallback (uncompiled)",
+            ["kind", "model"],
+            registry=registry,
+        )
         self.stitch_seconds = Histogram(
             "swapfarm_stitch_seconds",
             "Wall time of a stitch, from its lease to the published output",

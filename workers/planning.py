@@ -10,7 +10,7 @@ from shared.errors import InputError, SwapfarmError
 from shared.media import frame_index, probe
 from shared.options import JobOptions
 from shared.tasks import RENDER_CHUNK, ChunkPayload, render_queue
-from workers.chunking import default_chunk_frames, plan_chunks
+from workers.chunking import chunk_seconds_for, default_chunk_frames, plan_chunks
 from workers.runtime import Runtime
 
 logger = logging.getLogger(__name__)
@@ -32,8 +32,8 @@ def plan(job_id: str, rt: Runtime) -> None:
             raise InputError("the video has no frames", code="media_no_frames")
         if options.chunk_frames:  # asked for: exact sizes
             chunks = plan_chunks(times, options.chunk_frames, media.start_time)
-        else:  # about chunk_seconds each, cut at keyframes
-            size = default_chunk_frames(media.fps_value, rt.settings.chunk_seconds)
+        else:  # a length that suits the job's processors, cut at keyframes
+            size = default_chunk_frames(media.fps_value, chunk_seconds_for(options.processors, rt.settings))
             chunks = plan_chunks(times, size, media.start_time, keyframes)
     except SwapfarmError as exc:
         logger.warning("job %s: planning failed: %s", job_id, exc)

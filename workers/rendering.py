@@ -18,7 +18,7 @@ from pathlib import Path
 
 from sqlalchemy.exc import OperationalError
 
-from shared import admission, jobs
+from shared import admission, events, jobs
 from shared.db import session_scope
 from shared.errors import FfmpegError, LeaseLostError, ProcessorError, SwapfarmError
 from shared.media import MediaInfo, frame_times
@@ -27,7 +27,10 @@ from shared.tasks import RENDER_CHUNK, STITCH, STITCH_QUEUE, ChunkPayload, JobPa
 from workers import ffmpeg
 from workers.frames import FrameReader, FrameWriter
 from workers.leases import Heartbeat
-from workers.processors import Processor, ProcessorContext, build
+from workers.pipeline import run_stages, stages_of
+from workers.engines.base import Degradation
+from workers.processors import FrameBatch, Processor, ProcessorContext, build
+from workers.processors.base import Report
 from workers.runtime import Runtime
 
 logger = logging.getLogger(__name__)
@@ -112,7 +115,8 @@ def _render(
         tempfile.TemporaryDirectory(dir=scratch) as tmp,
         Heartbeat(lambda: _beat(rt, claim, progress[0]), rt.settings.heartbeat_seconds, claim.chunk_id) as beat,
     ):
-        context = ProcessorContext(options=options, sources=sources, settings=rt.settings)
+        report = _reporter(rt, claim)
+        context = ProcessorContext(options=options, sources=sources, settings=rt.settings, report=report)
         processors = [build(name, context) for name in options.processors]
         encoded = Path(tmp) / f"{claim.index:05d}.mp4"
         if any(getattr(p, "touches_pixels", True) for p in processors):
@@ -123,6 +127,25 @@ def _render(
         output_url = rt.storage.job_url(claim.job_id, "chunks", f"{claim.index:05d}-{claim.token}.mp4")
         rt.storage.upload(encoded, output_url)
     return output_url
+
+
+def _reporter(rt: Runtime, claim: jobs.ChunkClaim) -> Report:
+    """Where this chunk's processors report a slower path: a log line, a metric, and the job's event log."""
+
+    def report(degradation: Degradation) -> None:
+        logger.warning("job %s chunk %s: %s: %s", claim.job_id, claim.chunk_id, degradation.kind, degradation.message)
+        rt.metrics.degradations.labels(kind=degradation.kind, model=degradation.model).inc()
+        with session_scope(rt.db) as session:
+            events.record_once(
+                session,
+                claim.job_id,
+                events.EventKind.DEGRADED,
+                error_code=degradation.kind,
+                message=degradation.message,
+                chunk_index=claim.index,
+            )
+
+    return report
 
 
 def _process(
@@ -136,7 +159,8 @@ def _process(
     progress: list[int],
     beat: Heartbeat,
 ) -> None:
-    """Decode the chunk's frames through a pipe, run the processors batch by batch, encode through a pipe."""
+    """Decode the chunk's frames through a pipe, run the processors' stages overlapped (:mod:`workers.pipeline`),
+    encode through a pipe."""
     frames = claim.frame_end - claim.frame_start
     reader = FrameReader(
         target,
@@ -147,16 +171,17 @@ def _process(
         batch_size=rt.settings.batch_size,
     )
     writer = FrameWriter(encoded, width=media.width, height=media.height, fps=media.fps, options=options.encoder)
+
+    def sink(batch: FrameBatch) -> None:
+        rt.metrics.batch_size.observe(len(batch))
+        writer.write(batch)
+        progress[0] += len(batch)
+        if not beat.alive:
+            raise LeaseLostError(f"chunk {claim.chunk_id}: lease lost or job cancelled")
+
     try:
         with reader:
-            for batch in reader:
-                rt.metrics.batch_size.observe(len(batch))
-                for processor in processors:
-                    batch = processor.process(batch)
-                writer.write(batch)
-                progress[0] += len(batch)
-                if not beat.alive:
-                    raise LeaseLostError(f"chunk {claim.chunk_id}: lease lost or job cancelled")
+            run_stages(reader, stages_of(processors), sink)
         writer.close()
     except BaseException:
         writer.abort()
