@@ -128,7 +128,9 @@ def _to_tensor(array: np.ndarray[Any, Any], float_dtype: torch.dtype | None) -> 
 
 
 class _Converter:
-    def __init__(self, model: onnx.ModelProto, float_dtype: torch.dtype | None) -> None:
+    def __init__(
+        self, model: onnx.ModelProto, float_dtype: torch.dtype | None, shapes: Sequence[onnx.ValueInfoProto] = ()
+    ) -> None:
         self.float_dtype = float_dtype
         self.opset = next((o.version for o in model.opset_import if o.domain in {"", "ai.onnx"}), 1)
         graph = model.graph
@@ -145,7 +147,7 @@ class _Converter:
                 if isinstance(dim, str):
                     self.symbols.setdefault(dim, DimRef(spec.name, axis))
             self.values[spec.name] = Live(self._known(spec.dims))
-        self.shapes = {v.name: _dims(v) for v in (*graph.value_info, *graph.output)}
+        self.shapes = {v.name: _dims(v) for v in (*graph.value_info, *shapes, *graph.output)}
         self.steps: list[_Step] = []
 
     def _known(self, dims: Sequence[Dim] | None) -> tuple[ShapeElement | None, ...] | None:
@@ -251,16 +253,46 @@ def convert(model: onnx.ModelProto | Path, *, float_dtype: torch.dtype | None = 
         except Exception as error:  # onnx raises its own untyped errors for unreadable files
             raise ModelError(f"cannot read ONNX model {model}: {error}") from error
     try:
-        inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
+        shapes = _inferred_shapes(model)
     except Exception as error:  # shape inference is best effort: only Shape nodes need it
         logger.warning("ONNX shape inference failed (%s); Shape nodes will not convert", error)
-        inferred = model
-    converter = _Converter(inferred, float_dtype)
-    for node in inferred.graph.node:
+        shapes = []
+    converter = _Converter(model, float_dtype, shapes)
+    for node in model.graph.node:
         converter.node(node)
     module = converter.module()
     module.eval()
     return module
+
+
+_SMALL = 64
+"""Initializers with at most this many elements keep their values for shape inference (shape arithmetic)."""
+
+
+def _inferred_shapes(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
+    """The value shapes ONNX shape inference gives, computed on a copy of the graph whose large initializers are
+    declared inputs of the same type and shape: a copy without the weights, so a 550 MB model is not held twice."""
+    light = onnx.ModelProto()
+    light.CopyFrom(model) if not model.graph.initializer else _copy_without_weights(model, light)
+    inferred = onnx.shape_inference.infer_shapes(light, data_prop=True)
+    return list(inferred.graph.value_info)
+
+
+def _copy_without_weights(model: onnx.ModelProto, light: onnx.ModelProto) -> None:
+    graph = model.graph
+    light.ir_version, light.producer_name = model.ir_version, model.producer_name
+    light.opset_import.extend(model.opset_import)
+    small = [i for i in graph.initializer if int(np.prod(i.dims)) <= _SMALL]
+    kept = {i.name for i in small}
+    large = [
+        helper.make_tensor_value_info(i.name, i.data_type, list(i.dims))
+        for i in graph.initializer
+        if i.name not in kept
+    ]
+    light.graph.CopyFrom(
+        helper.make_graph(list(graph.node), graph.name, [*graph.input, *large], list(graph.output), small)
+    )
+    light.graph.value_info.extend(graph.value_info)
 
 
 def numpy_dtype(elem_type: int) -> np.dtype[Any]:
