@@ -23,8 +23,8 @@ from rich.text import Text
 from shared.errors import ModelError
 from shared.options import AcceleratorFamily
 from shared.settings import Settings
-from workers.engines.family import detect_family, torch_build
 from workers.engines.capability import probe_cpu
+from workers.engines.family import detect_family, torch_build
 from workers.engines.loading import GPU_FAMILIES, EngineChoice, choose_engine, compile_mode, max_batch
 
 HARDWARE_CODECS = re.compile(r"nvenc|cuvid|_nvdec|vaapi|qsv|amf|videotoolbox|v4l2m2m|_mf\b|_vulkan|rkmpp|_d3d12va")

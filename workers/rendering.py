@@ -25,10 +25,10 @@ from shared.media import MediaInfo, frame_times
 from shared.options import JobOptions
 from shared.tasks import RENDER_CHUNK, STITCH, STITCH_QUEUE, ChunkPayload, JobPayload, render_queue
 from workers import ffmpeg
+from workers.engines.base import Degradation
 from workers.frames import FrameReader, FrameWriter
 from workers.leases import Heartbeat
 from workers.pipeline import run_stages, stages_of
-from workers.engines.base import Degradation
 from workers.processors import FrameBatch, Processor, ProcessorContext, build
 from workers.processors.base import Report
 from workers.runtime import Runtime

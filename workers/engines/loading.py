@@ -141,10 +141,18 @@ _LOADS: Counter[str] = Counter()
 _ONNX_MODELS: dict[tuple[object, ...], LoadedModel] = {}  # this process's models on ONNX Runtime (torch's: _load_torch)
 
 
+_LOADED: list[LoadedModel] = []
+
+
 def loads() -> Mapping[str, int]:
     """How many times each model file was loaded (read and converted, or given a session) in this process: once
     each, however many chunks and jobs use it."""
     return dict(_LOADS)
+
+
+def loaded_models() -> list[LoadedModel]:
+    """The heavy models this process has loaded, in order (their engines' counters tell compiles and padding)."""
+    return list(_LOADED)
 
 
 def load_model(path: Path, settings: Settings, *, name: str, batch_input: str) -> LoadedModel:
@@ -194,6 +202,7 @@ def load_model(path: Path, settings: Settings, *, name: str, batch_input: str) -
             _LOADS[name] += 1
             batches = FittedBatches(settings.batch_size, memory=HostMemory(settings.ram_budget_bytes))
             _ONNX_MODELS[key] = LoadedModel(engine, engine.fixed_batch(batch_input), batches, name, fallback)
+            _LOADED.append(_ONNX_MODELS[key])
         return _ONNX_MODELS[key]
 
 
@@ -259,4 +268,6 @@ def _load_torch(
     engine.prepare()
     batches = FittedBatches(engine.max_batch, memory=memory, per_item_bytes=engine.per_item_bytes, safety=safety)
     engine.on_measured = batches.measured
-    return LoadedModel(engine, engine.fixed_batch(batch_input), batches, name=name)
+    loaded = LoadedModel(engine, engine.fixed_batch(batch_input), batches, name=name)
+    _LOADED.append(loaded)
+    return loaded

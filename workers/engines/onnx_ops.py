@@ -484,8 +484,10 @@ def _resize(node: Node) -> Kernel:
         align, torch_mode = False, "nearest"
     elif mode == "nearest" and (transform, nearest) == ("half_pixel", "round_prefer_ceil"):
         align, torch_mode = False, "nearest-exact"
-    elif mode == "cubic" and transform in {"half_pixel", "pytorch_half_pixel", "align_corners"} and (
-        float(node.attr("cubic_coeff_a", -0.75)) == -0.75 and not node.attr("exclude_outside", 0)
+    elif (
+        mode == "cubic"
+        and transform in {"half_pixel", "pytorch_half_pixel", "align_corners"}
+        and (float(node.attr("cubic_coeff_a", -0.75)) == -0.75 and not node.attr("exclude_outside", 0))
     ):  # torch's bicubic: Keys' kernel with a = -0.75, borders clamped (what both exporters write for it)
         align, torch_mode = transform == "align_corners", "bicubic"
     else:

@@ -19,9 +19,8 @@ import numpy.typing as npt
 from shared.errors import ModelError
 from shared.options import Enhancer
 from shared.settings import Settings
-from workers.engines.base import Engine
+from workers.engines.base import Degradation, Engine
 from workers.engines.batching import FittedBatches, Indices, run_in_batches
-from workers.engines.base import Degradation
 from workers.engines.loading import LoadedModel, load_model
 from workers.faces.tensors import CropFormat, Crops
 from workers.models.download import resolve

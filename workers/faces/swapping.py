@@ -28,9 +28,8 @@ import numpy.typing as npt
 from shared.errors import ModelError
 from shared.options import Swapper
 from shared.settings import Settings
-from workers.engines.base import Engine
+from workers.engines.base import Degradation, Engine
 from workers.engines.batching import FittedBatches, Indices, run_in_batches
-from workers.engines.base import Degradation
 from workers.engines.loading import LoadedModel, load_model
 from workers.engines.onnx import OnnxEngine
 from workers.faces.tensors import CropFormat, Crops
@@ -210,9 +209,7 @@ class FaceSwapper:
         if loaded.fixed_batch is not None:
             logger.info("swapper %s takes %s face(s) per call; larger batches are split", name, loaded.fixed_batch)
         latent = _LATENT_LOADERS[spec.latent](spec, path, settings)
-        return cls(
-            spec, loaded.engine, latent, fixed_batch=loaded.fixed_batch, batches=loaded.batches, loaded=loaded
-        )
+        return cls(spec, loaded.engine, latent, fixed_batch=loaded.fixed_batch, batches=loaded.batches, loaded=loaded)
 
     @property
     def name(self) -> str:

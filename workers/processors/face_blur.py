@@ -13,8 +13,8 @@ import numpy as np
 import numpy.typing as npt
 
 from workers.faces.detection import Face, FaceDetector
-from workers.processors.targeting import FaceTargeter
 from workers.processors.base import FrameBatch, ProcessorContext, Stage, Work, register
+from workers.processors.targeting import FaceTargeter
 
 logger = logging.getLogger(__name__)
 

@@ -18,11 +18,10 @@ import numpy.typing as npt
 from shared.errors import InvalidOptionsError
 from workers.engines.batching import FittedBatches
 from workers.faces.alignment import box_mask
-from workers.faces.cropping import gather_crops, paste_crops
+from workers.faces.cropping import FaceCrops, gather_crops, paste_crops
 from workers.faces.detection import FaceDetector
 from workers.faces.enhancing import FaceEnhancer
 from workers.faces.recognition import FaceEmbedder
-from workers.faces.cropping import FaceCrops
 from workers.processors.base import FrameBatch, ProcessorContext, Reporter, Stage, Work, register
 from workers.processors.targeting import FaceTargeter
 

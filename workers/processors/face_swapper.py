@@ -2,7 +2,8 @@
 
 Per batch of frames: detect (one detector call per frame, shared with the rest of the chain), select, align every
 selected face of the whole batch onto the swapper's template, swap them in batches fitted to memory, and paste
-them back with a feathered box mask — three stages the render pipeline overlaps (:meth:`stages`). The source identity is computed once, when the processor is built (see
+them back with a feathered box mask — three stages the render pipeline overlaps (:meth:`stages`). The source
+identity is computed once, when the processor is built (see
 :mod:`workers.processors.targeting` for which source images count as identity and which as reference).
 """
 
@@ -17,11 +18,10 @@ import numpy.typing as npt
 from shared.errors import InvalidOptionsError
 from workers.engines.batching import FittedBatches
 from workers.faces.alignment import box_mask
-from workers.faces.cropping import gather_crops, paste_crops
+from workers.faces.cropping import FaceCrops, gather_crops, paste_crops
 from workers.faces.detection import FaceDetector
 from workers.faces.recognition import FaceEmbedder, source_identity
 from workers.faces.swapping import FaceSwapper, Latent
-from workers.faces.cropping import FaceCrops
 from workers.processors.base import FrameBatch, ProcessorContext, Reporter, Stage, Work, register
 from workers.processors.targeting import FaceTargeter, identity_sources
 
