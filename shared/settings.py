@@ -100,7 +100,8 @@ class Settings(BaseSettings):
         default_factory=dict, description="Per-model engine overrides, by registry name (e.g. gfpgan_1.4)"
     )
     torch_compile_mode: CompileMode | Literal["auto"] = Field(
-        "auto", description="torch.compile mode; auto: max-autotune (measured best on GPUs and the CPU)"
+        "auto",
+        description="torch.compile mode; auto: max-autotune on GPUs, default (with Inductor freezing) on the CPU",
     )
     torch_precision: Precision | Literal["auto"] = Field(
         "auto", description="Compute dtype of the torch engine; auto: bf16 on CPUs that compute it natively, else fp32"

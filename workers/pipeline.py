@@ -130,5 +130,6 @@ def run_stages(
             sink(item.frames)
     finally:
         stop.set()
-        for thread in threads[1:]:  # the feeder may wait on the reader, which its owner closes next
+        for thread in threads[1:]:
             thread.join(timeout=10)
+        threads[0].join(timeout=1)  # the feeder may be waiting on the reader, which its owner closes next

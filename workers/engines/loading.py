@@ -97,12 +97,13 @@ def _precision(settings: Settings, family: AcceleratorFamily, cpu: CpuProbe) -> 
 
 
 def compile_mode(settings: Settings, family: AcceleratorFamily) -> CompileMode:
-    """``settings.torch_compile_mode``, with ``auto`` as max-autotune: on CUDA/ROCm by design, and on the CPU because
-    it measured at least as fast as ``default`` (full-size swapper, 2 cores: equal at batch 1, 1.30x vs 1.08x of
-    ONNX Runtime at batch 8) for a similar compile time (benchmarks/torch_engine_cpu.py)."""
+    """``settings.torch_compile_mode``, with ``auto`` as max-autotune on CUDA/ROCm (by design: CUDA graphs and
+    autotuned kernels) and ``default`` on the CPU, where max-autotune only autotunes matrix-product templates — the
+    linear layers, a sliver of a face model's work — and lengthens the first compile (benchmarks/face_swap_cpu.py
+    ``--levers``); Inductor's freezing is what pays there (:func:`workers.engines.torch_engine.compile_module`)."""
     if settings.torch_compile_mode != "auto":
         return settings.torch_compile_mode
-    return "max-autotune"
+    return "max-autotune" if family in GPU_FAMILIES else "default"
 
 
 def max_batch(settings: Settings, family: AcceleratorFamily) -> int:

@@ -105,6 +105,9 @@ class Node:
     outputs: Sequence[str]
     opset: int
     float_dtype: torch.dtype | None = None
+    matmul_dtype: torch.dtype | None = None
+    """Where set, convolutions and matrix products whose weights the converter stores in this dtype compute in it
+    and hand back ``float_dtype``: mixed precision, as ``torch.autocast`` runs bf16."""
     _used: set[str] = field(default_factory=set)
 
     def fail(self, why: str) -> ModelError:
@@ -331,7 +334,11 @@ def _conv(node: Node) -> Kernel:
     def run(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
         if explicit is not None:
             x = F.pad(x, explicit)
-        return conv(x, weight, bias, stride, padding, dilation, groups)
+        low, out = _matmul_types(node, x, weight)
+        result = conv(
+            x.to(low), weight.to(low), None if bias is None else bias.to(low), stride, padding, dilation, groups
+        )
+        return result.to(out)
 
     return Kernel(run, (0, 1, 2))
 
@@ -350,7 +357,11 @@ def _conv_transpose(node: Node) -> Kernel:
         raise node.fail("asymmetric ConvTranspose padding is not supported")
 
     def run(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
-        return F.conv_transpose2d(x, weight, bias, stride, padding, output_padding, groups, dilation)
+        low, out = _matmul_types(node, x, weight)
+        low_bias = None if bias is None else bias.to(low)
+        return F.conv_transpose2d(
+            x.to(low), weight.to(low), low_bias, stride, padding, output_padding, groups, dilation
+        ).to(out)
 
     return Kernel(run, (0, 1, 2))
 
@@ -360,10 +371,17 @@ def _gemm(node: Node) -> Kernel:
     alpha, beta = float(node.attr("alpha", 1.0)), float(node.attr("beta", 1.0))
     trans_a, trans_b = bool(node.attr("transA", 0)), bool(node.attr("transB", 0))
     if alpha == 1.0 and beta == 1.0 and not trans_a and trans_b:
-        return Kernel(F.linear, (0, 1, 2))  # the exported nn.Linear: one fused kernel
+
+        def linear(a: Tensor, b: Tensor, c: Tensor | None) -> Tensor:  # the exported nn.Linear: one fused kernel
+            low, out = _matmul_types(node, a, b)
+            return F.linear(a.to(low), b.to(low), None if c is None else c.to(low)).to(out)
+
+        return Kernel(linear, (0, 1, 2))
 
     def run(a: Tensor, b: Tensor, c: Tensor | None) -> Tensor:
-        product = (a.t() if trans_a else a) @ (b.t() if trans_b else b)
+        low, out = _matmul_types(node, a, b)
+        a, b = a.to(low), b.to(low)
+        product = ((a.t() if trans_a else a) @ (b.t() if trans_b else b)).to(out)
         product = product * alpha if alpha != 1.0 else product
         return product if c is None else product + (c * beta if beta != 1.0 else c)
 
@@ -372,7 +390,21 @@ def _gemm(node: Node) -> Kernel:
 
 @_op("MatMul")
 def _matmul(node: Node) -> Kernel:
-    return Kernel(torch.matmul, (0, 1))
+    def run(a: Tensor, b: Tensor) -> Tensor:
+        low, out = _matmul_types(node, a, b)
+        return torch.matmul(a.to(low), b.to(low)).to(out)
+
+    return Kernel(run, (0, 1))
+
+
+MATMUL_OPS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul"})
+"""Operators that compute in ``matmul_dtype`` where one is set; their constant weights are stored in it."""
+
+
+def _matmul_types(node: Node, x: Tensor, weight: Tensor) -> tuple[torch.dtype, torch.dtype]:
+    """The dtype a matrix operator computes in — its weight's (stored in ``matmul_dtype`` or not by the converter)
+    — and the one it hands back, its input's."""
+    return (weight.dtype if weight.is_floating_point() else x.dtype), x.dtype
 
 
 @_op("BatchNormalization")
