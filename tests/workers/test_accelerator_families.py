@@ -10,7 +10,9 @@ from pathlib import Path
 
 from tests.support.faces import cpu_settings
 from workers.doctor import diagnose, hardware_codecs
+from workers.engines.capability import probe_cpu
 from workers.engines.family import _family_from_torch, detect_family, torch_build
+from workers.engines.loading import choose_engine
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -75,3 +77,12 @@ def test_doctor_reports_this_cpu_machine_and_warns_about_a_cuda_family_it_cannot
     assert any("no GPU provider" in w for w in cuda.warnings)
     assert any("torch sees no GPU" in w for w in cuda.warnings)
     assert any("torch engine on cuda" in e for e in cuda.errors)  # auto picks torch for cuda: not usable here
+
+
+def test_doctor_prints_the_engine_each_heavy_model_gets_and_why(tmp_path: Path) -> None:
+    report = diagnose(cpu_settings(tmp_path, torch_compile_cache_dir=tmp_path / "cache"))
+    engines = dict(report.sections["engines"])
+    assert engines["cpu"] == probe_cpu().describe()
+    choice = choose_engine(cpu_settings(tmp_path), "cpu", "inswapper_128")
+    rows = [value for label, value in report.sections["engines"] if "inswapper_128" in label]
+    assert rows == [f"{choice.engine} {choice.precision} — {choice.reason}"]
