@@ -9,11 +9,13 @@ and the share of faces computed only as batch padding. Clips: the first ``--fram
 the first ``--crowd-frames`` of crowd_1080p.mp4 (about five faces a frame), and d18 again with a replica written by
 ``torch.onnx.export`` from a module with ``ReflectionPad2d`` (tests/support/replicas.py ``exported_inswapper``).
 
-``--levers`` instead measures what each engine setting gives the swapper alone (batch 8, the same faces, rounds
+``--memory`` compares the peak RSS of the default settings on a tenth of d18 and on all of it. ``--levers`` instead
+measures what each engine setting gives the swapper alone (batch 8, the same faces, rounds
 alternating between configurations): torch fp32 vs bf16, Inductor freezing, ``cpp_wrapper``, ``max-autotune``.
 
     .venv/bin/python -m benchmarks.face_swap_cpu [--frames 48] [--crowd-frames 8] [--data ../shared/data]
     .venv/bin/python -m benchmarks.face_swap_cpu --levers
+    .venv/bin/python -m benchmarks.face_swap_cpu --memory    # peak RSS, 21 vs 216 frames of d18: flat in length
 """
 
 from __future__ import annotations
@@ -81,6 +83,19 @@ def child(spec: dict[str, Any]) -> None:
     from workers.engines.capability import probe_cpu
 
     logging.basicConfig(level=logging.WARNING)
+    if spec.get("sequential"):  # the overlap lever, off: every stage of a batch on one thread, one batch at a time
+        from workers import rendering
+
+        def in_sequence(batches: Any, stages: Any, sink: Any, **_: Any) -> None:
+            from workers.processors import Work
+
+            for batch in batches:
+                work = Work(batch)
+                for stage in stages:
+                    work = stage(work)
+                sink(work.frames)
+
+        rendering.run_stages = in_sequence  # type: ignore[assignment]  # a benchmark's switch, not the product's
     spec["precision"] = spec["settings"].get("torch_precision", "bf16" if probe_cpu().native_bf16 else "fp32")
     settings = replica_settings(
         Path(spec["models"]),
@@ -151,6 +166,7 @@ def jobs(args: argparse.Namespace) -> None:
         ("d18", "models", "ONNX Runtime fp32 (baseline)", onnxruntime, "ort"),
         ("d18", "models", "default, empty compile cache", {}, "replica"),
         ("d18", "models", "default, warm compile cache", {}, "replica"),
+        ("d18", "models", "default, warm, stages not overlapped", {"sequential": True}, "replica"),
         ("crowd", "models", "ONNX Runtime fp32 (baseline)", onnxruntime, "ort"),
         ("crowd", "models", "default, warm compile cache", {}, "replica"),
         ("d18", "exported", "ONNX Runtime fp32 (baseline)", onnxruntime, "ort"),
@@ -160,8 +176,9 @@ def jobs(args: argparse.Namespace) -> None:
     print(f"face swap on CPU ({os.cpu_count()} cores), load average at start {os.getloadavg()[0]:.1f}", flush=True)
     baselines: dict[tuple[str, str], float] = {}
     for clip, models, label, settings, cache in plan:
+        sequential = settings.pop("sequential", False) if settings is not onnxruntime else False
         spec = {"clip": str(paths[clip]), "source": source, "models": str(paths[models]),
-                "cache": str(caches / cache), "settings": settings}  # fmt: skip
+                "cache": str(caches / cache), "settings": settings, "sequential": sequential}  # fmt: skip
         result = run(f"{clip}/{models} {label}", spec)
         if settings == onnxruntime:
             baselines[clip, models] = result["fps"]
@@ -179,6 +196,21 @@ def jobs(args: argparse.Namespace) -> None:
         )
 
 
+def memory(args: argparse.Namespace) -> None:
+    """Peak RSS of the default settings on d18's first tenth and on all of it (216 frames), warm compile cache."""
+    short = max(1, 216 // 10)
+    paths = prepare(args.data, short, args.crowd_frames)
+    whole = prepare(args.data, 216, args.crowd_frames)["d18"]
+    source = str(args.data / "media" / "s0.jpg")
+    cache = str(BENCH / "caches" / "memory")
+    results = {}
+    for frames, clip in ((short, paths["d18"]), (short, paths["d18"]), (216, whole)):  # the first run compiles
+        spec = {"clip": str(clip), "source": source, "models": str(paths["models"]), "cache": cache, "settings": {}}
+        results[frames] = run(f"d18 first {frames} frames", spec)
+    low, high = results[short]["rss"], results[216]["rss"]
+    print(f"peak RSS: {low / 2**30:.2f} GiB ({short} frames), {high / 2**30:.2f} GiB (216 frames): {high / low:.2f}×")
+
+
 def levers(rounds: int, batch: int) -> None:
     """The swapper alone, batch ``batch``: each engine setting side by side (alternating rounds)."""
     import onnxruntime
@@ -186,7 +218,7 @@ def levers(rounds: int, batch: int) -> None:
 
     from tests.support.replicas import inswapper_128
     from workers.engines.onnx_to_torch import convert
-    from workers.engines.torch_engine import use_compile_cache
+    from workers.engines.torch_engine import conversion, use_compile_cache
 
     path = BENCH / "models" / "inswapper_128.onnx"
     if not path.exists():
@@ -200,17 +232,19 @@ def levers(rounds: int, batch: int) -> None:
     options.log_severity_level = 3
     session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     configs: dict[str, Any] = {"ONNX Runtime fp32": lambda: session.run(None, {"target": target, "source": source})}
-    variants = {
-        "torch fp32, compiled": (torch.float32, {}),
-        "torch bf16, compiled": (torch.bfloat16, {}),
-        "torch bf16 + freezing": (torch.bfloat16, {"freezing": True}),
-        "torch bf16 + freezing + cpp_wrapper": (torch.bfloat16, {"freezing": True, "cpp_wrapper": True}),
-        "torch bf16 + freezing + max_autotune": (torch.bfloat16, {"freezing": True, "max_autotune": True}),
+    variants: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
+        "torch fp32, compiled": (conversion("fp32"), {}),
+        "torch bf16 everywhere, compiled": ({"float_dtype": torch.bfloat16}, {}),
+        "torch bf16 mixed (the engine's), compiled": (conversion("bf16"), {}),
+        "torch bf16 mixed + freezing (default)": (conversion("bf16"), {"freezing": True}),
+        "torch bf16 mixed + freezing + cpp_wrapper": (conversion("bf16"), {"freezing": True, "cpp_wrapper": True}),
+        "torch bf16 mixed + freezing + max_autotune": (conversion("bf16"), {"freezing": True, "max_autotune": True}),
     }
     first: dict[str, float] = {}
-    for label, (dtype, inductor) in variants.items():
-        module = convert(path, float_dtype=dtype)
+    for label, (dtypes, inductor) in variants.items():
+        module = convert(path, **dtypes)
         compiled = torch.compile(module, options=inductor or None, fullgraph=True, dynamic=False)
+        dtype = dtypes["float_dtype"]
         tensors = (torch.from_numpy(target).to(dtype), torch.from_numpy(source).to(dtype))
 
         def call(compiled: Any = compiled, tensors: tuple[torch.Tensor, ...] = tensors) -> Any:
@@ -243,6 +277,7 @@ def main() -> None:
     parser.add_argument("--crowd-frames", type=int, default=8, help="first frames of crowd_1080p.mp4")
     parser.add_argument("--data", type=Path, default=DATA)
     parser.add_argument("--levers", action="store_true", help="the swapper alone under each engine setting")
+    parser.add_argument("--memory", action="store_true", help="peak RSS on d18's first tenth vs all of it")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -251,6 +286,8 @@ def main() -> None:
         child(json.loads(args.child))
     elif args.levers:
         levers(args.rounds, 8)
+    elif args.memory:
+        memory(args)
     else:
         jobs(args)
 
