@@ -102,7 +102,7 @@ def child(spec: dict[str, Any]) -> None:
         work_dir=Path(spec["work"]),
         heartbeat_seconds=0.5,
         torch_compile_cache_dir=Path(spec["cache"]),
-        **spec["settings"],
+        **({"engine": "auto"} | spec["settings"]),  # the default settings, unless the run says otherwise
     )
     options = JobOptions.model_validate(
         {"processors": ["face_swapper"], "face": {"swapper": "inswapper_128"}, "encoder": {"quality": 90}}

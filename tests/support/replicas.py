@@ -364,7 +364,11 @@ def codeformer(*, width: int = 4, seed: int = 0, batch: Batch = "N") -> onnx.Mod
 
 def replica_settings(models_dir: Path, cache_dir: Path | None = None, **overrides: Any) -> Settings:
     """Settings under which ``resolve`` finds replicas installed in ``models_dir``: hash mismatches allowed
-    (a replica's hash is its own), CPU, and no base URLs, so nothing is ever downloaded."""
+    (a replica's hash is its own), CPU, and no base URLs, so nothing is ever downloaded.
+
+    The heavy models run on ONNX Runtime unless ``engine`` says otherwise: what ``auto`` picks depends on the
+    machine's CPU, and compiling is the business of the engine tests (tests/workers/test_torch_engine.py,
+    tests/integration/test_face_engine_jobs.py), not of every test that swaps a face."""
     values: dict[str, Any] = {
         "environment": "test",
         "models_dir": models_dir,
@@ -372,6 +376,7 @@ def replica_settings(models_dir: Path, cache_dir: Path | None = None, **override
         "allow_model_hash_mismatch": True,
         "family": "cpu",
         "model_base_urls": [],
+        "engine": "onnxruntime",
     }
     return Settings(**(values | overrides))
 

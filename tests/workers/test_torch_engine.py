@@ -270,7 +270,7 @@ AVX2 = CpuCapability(isa="AVX2")
 
 
 def test_auto_picks_bf16_torch_on_cpus_with_native_bf16_and_onnxruntime_without(tmp_path: Path) -> None:
-    settings = replica_settings(tmp_path)
+    settings = replica_settings(tmp_path, engine="auto")
     for capability in (AMX, AVX512_BF16):
         choice = choose_engine(settings, "cpu", "inswapper_128", cpu=lambda c=capability: c)
         assert (choice.engine, choice.precision) == ("torch", "bf16")
@@ -283,7 +283,9 @@ def test_auto_picks_bf16_torch_on_cpus_with_native_bf16_and_onnxruntime_without(
 
 
 def test_auto_picks_compiled_torch_on_gpus_and_overrides_win(tmp_path: Path) -> None:
-    settings = replica_settings(tmp_path, model_engines={"codeformer": "torch", "gfpgan_1.4": "onnxruntime"})
+    settings = replica_settings(
+        tmp_path, engine="auto", model_engines={"codeformer": "torch", "gfpgan_1.4": "onnxruntime"}
+    )
     assert choose_engine(settings, "cuda", "inswapper_128", cpu=lambda: AMX) == EngineChoice(
         "torch", "fp32", "auto: compiled torch on cuda (measured faster than ONNX Runtime)"
     )
