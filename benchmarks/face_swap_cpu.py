@@ -173,6 +173,8 @@ def jobs(args: argparse.Namespace) -> None:
         ("d18", "exported", "default, empty compile cache", {}, "exported"),
         ("d18", "exported", "default, warm compile cache", {}, "exported"),
     ]
+    wanted = set(args.runs.split(","))
+    plan = [row for row in plan if (row[0] if row[1] == "models" else "exported") in wanted]
     print(f"face swap on CPU ({os.cpu_count()} cores), load average at start {os.getloadavg()[0]:.1f}", flush=True)
     baselines: dict[tuple[str, str], float] = {}
     for clip, models, label, settings, cache in plan:
@@ -235,8 +237,8 @@ def levers(rounds: int, batch: int) -> None:
     variants: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         "torch fp32, compiled": (conversion("fp32"), {}),
         "torch bf16 everywhere, compiled": ({"float_dtype": torch.bfloat16}, {}),
-        "torch bf16 mixed (the engine's), compiled": (conversion("bf16"), {}),
-        "torch bf16 mixed + freezing (default)": (conversion("bf16"), {"freezing": True}),
+        "torch bf16 mixed (the default), compiled": (conversion("bf16"), {}),
+        "torch bf16 mixed + freezing": (conversion("bf16"), {"freezing": True}),
         "torch bf16 mixed + freezing + cpp_wrapper": (conversion("bf16"), {"freezing": True, "cpp_wrapper": True}),
         "torch bf16 mixed + freezing + max_autotune": (conversion("bf16"), {"freezing": True, "max_autotune": True}),
     }
@@ -276,6 +278,7 @@ def main() -> None:
     parser.add_argument("--frames", type=int, default=48, help="first frames of d18.mp4")
     parser.add_argument("--crowd-frames", type=int, default=8, help="first frames of crowd_1080p.mp4")
     parser.add_argument("--data", type=Path, default=DATA)
+    parser.add_argument("--runs", default="d18,crowd,exported", help="which of the job runs: d18, crowd, exported")
     parser.add_argument("--levers", action="store_true", help="the swapper alone under each engine setting")
     parser.add_argument("--memory", action="store_true", help="peak RSS on d18's first tenth vs all of it")
     parser.add_argument("--rounds", type=int, default=3)

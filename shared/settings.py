@@ -101,7 +101,7 @@ class Settings(BaseSettings):
     )
     torch_compile_mode: CompileMode | Literal["auto"] = Field(
         "auto",
-        description="torch.compile mode; auto: max-autotune on GPUs, default (with Inductor freezing) on the CPU",
+        description="torch.compile mode; auto: max-autotune on GPUs, default on the CPU (measured as fast)",
     )
     torch_precision: Precision | Literal["auto"] = Field(
         "auto", description="Compute dtype of the torch engine; auto: bf16 on CPUs that compute it natively, else fp32"

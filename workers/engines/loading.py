@@ -99,8 +99,8 @@ def _precision(settings: Settings, family: AcceleratorFamily, cpu: CpuProbe) -> 
 def compile_mode(settings: Settings, family: AcceleratorFamily) -> CompileMode:
     """``settings.torch_compile_mode``, with ``auto`` as max-autotune on CUDA/ROCm (by design: CUDA graphs and
     autotuned kernels) and ``default`` on the CPU, where max-autotune only autotunes matrix-product templates — the
-    linear layers, a sliver of a face model's work — and lengthens the first compile (benchmarks/face_swap_cpu.py
-    ``--levers``); Inductor's freezing is what pays there (:func:`workers.engines.torch_engine.compile_module`)."""
+    linear layers, a sliver of a face model's work — and measured no faster (benchmarks/face_swap_cpu.py
+    ``--levers``)."""
     if settings.torch_compile_mode != "auto":
         return settings.torch_compile_mode
     return "max-autotune" if family in GPU_FAMILIES else "default"

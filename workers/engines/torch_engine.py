@@ -1,8 +1,8 @@
 """A compiled torch engine behind the :class:`~workers.engines.base.Engine` protocol.
 
 The ONNX file becomes a torch module (:mod:`workers.engines.onnx_to_torch`), compiled once with
-``torch.compile(fullgraph=True, dynamic=False)``; on the CPU with Inductor's freezing (weights folded into the graph
-and prepacked for oneDNN), which measured faster (benchmarks/face_swap_cpu.py). Batches run in a few *buckets*
+``torch.compile(fullgraph=True, dynamic=False)``; on the CPU with the Inductor options that measured faster there
+(:data:`CPU_OPTIONS`). Batches run in a few *buckets*
 (powers of two up to the largest batch that fits in memory) so the number of compiled shapes — and CUDA-graph
 recordings — stays bounded, and a batch is split rather than padded far past its size (:func:`plan_calls`: at most
 10 % padding per call). A bucket compiles when a batch of its size first runs (lazily: a worker compiles only the
@@ -56,14 +56,24 @@ Compiled = Callable[..., tuple[torch.Tensor, ...]]
 Compiler = Callable[[torch.nn.Module, CompileMode], Compiled]
 """Turns the module into its compiled callable (a seam: tests pass one that fails)."""
 
-_RECOMPILE_LIMIT = 64  # buckets × engines per process share dynamo's per-code-object cache; 8 is too few
+# Every engine's module shares one forward code object, and dynamo counts its compiled entries per code object (and
+# in all): buckets × engines of a long-lived process (a worker serving several models, a test run) pass the
+# defaults (8, 256), and past them a fullgraph compile fails — the eager fallback, slower.
+_RECOMPILE_LIMIT, _ACCUMULATED_LIMIT = 512, 1024
+
+
+def raise_recompile_limits() -> None:
+    """Lift dynamo's recompile limits to what an engine needs (see ``_RECOMPILE_LIMIT``); called when compiling
+    and before each first call of a shape (something may have restored the defaults in between)."""
+    dynamo_config: Any = torch._dynamo.config
+    dynamo_config.recompile_limit = max(int(dynamo_config.recompile_limit), _RECOMPILE_LIMIT)
+    dynamo_config.accumulated_recompile_limit = max(int(dynamo_config.accumulated_recompile_limit), _ACCUMULATED_LIMIT)
 
 
 def compile_module(module: torch.nn.Module, mode: CompileMode) -> Compiled:
     """``torch.compile`` as the engine uses it: one whole graph per bucket shape, no dynamic shapes; on the CPU
-    with Inductor's freezing (the weights are constants of the graph, prepacked for oneDNN once)."""
-    dynamo_config: Any = torch._dynamo.config
-    dynamo_config.recompile_limit = max(int(dynamo_config.recompile_limit), _RECOMPILE_LIMIT)
+    with the Inductor options of :data:`CPU_OPTIONS`."""
+    raise_recompile_limits()
     if _device_of(module).type != "cpu":
         compiled: Compiled = torch.compile(module, mode=mode, fullgraph=True, dynamic=False)
         return compiled
@@ -72,8 +82,12 @@ def compile_module(module: torch.nn.Module, mode: CompileMode) -> Compiled:
     return compiled
 
 
-CPU_OPTIONS: Mapping[str, Any] = {"freezing": True}
-"""Inductor options on the CPU; each was measured against the face swapper (benchmarks/face_swap_cpu.py)."""
+CPU_OPTIONS: Mapping[str, Any] = {}
+"""Inductor options on the CPU, each kept only where it measured faster on the full-size swapper at batch 8
+(benchmarks/face_swap_cpu.py ``--levers``, side by side, AVX-512 BF16 without AMX, 2 cores): ``freezing`` (weights
+folded and prepacked for oneDNN) measured 1.74× ONNX Runtime against 1.98× without it, ``cpp_wrapper`` 1.79× with
+a 50 % longer compile, ``max_autotune`` 1.79×: none paid, none is set. On AMX machines prepacking may pay (measure
+before adding it here)."""
 
 
 def _device_of(module: torch.nn.Module) -> torch.device:
@@ -437,6 +451,8 @@ class TorchEngine:
             self.memory.release()
             self.memory.reset_peak()
             base = self.memory.used_bytes()
+        if first:
+            raise_recompile_limits()
         started = time.perf_counter()
         if self._graphs:  # the previous call's outputs are consumed: its CUDA-graph buffers may be reused
             compiler: Any = torch.compiler  # untyped in torch
