@@ -50,7 +50,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=int, default=30)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--chunk-seconds", type=float, default=10.0, help="the farm's default chunk length")
+    parser.add_argument("--chunk-seconds", type=float, default=None, help="chunk length (default: the farm's own)")
     args = parser.parse_args()
     encoder = EncoderOptions(preset="veryfast", quality=80)
     options = JobOptions(processors=["passthrough"], encoder=encoder)
@@ -58,7 +58,9 @@ def main() -> None:
         tmp = Path(tmp_name)
         source = tmp / "input-720p.mp4"
         make_input(source, args.seconds)
-        settings = Settings(work_dir=tmp / "work", batch_size=16, chunk_seconds=args.chunk_seconds)
+        settings = Settings(work_dir=tmp / "work", batch_size=16)
+        if args.chunk_seconds is not None:
+            settings = settings.model_copy(update={"pixel_free_chunk_seconds": args.chunk_seconds})
         ffmpeg_times, farm_times = [], []
         for _ in range(args.rounds):
             ffmpeg_times.append(plain_ffmpeg(source, tmp / "ffmpeg.mp4", encoder))
@@ -66,7 +68,8 @@ def main() -> None:
     frames = args.seconds * 30
     f, s = statistics.median(ffmpeg_times), statistics.median(farm_times)
     print(
-        f"720p, {frames} frames, libx264 {encoder.preset} crf {encoder.crf()}, {args.chunk_seconds:g} s chunks, "
+        f"720p, {frames} frames, libx264 {encoder.preset} crf {encoder.crf()}, "
+        f"{settings.pixel_free_chunk_seconds:g} s chunks, "
         f"{args.rounds} rounds (median)"
     )
     print(f"plain ffmpeg      : {f:6.2f} s  {frames / f:6.1f} fps")

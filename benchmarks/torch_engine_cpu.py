@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 from shared.settings import CompileMode, Precision  # noqa: E402
 from tests.support.replicas import inswapper_128  # noqa: E402
 from workers.engines.onnx_to_torch import convert  # noqa: E402
-from workers.engines.torch_engine import PRECISIONS, TorchEngine, use_compile_cache  # noqa: E402
+from workers.engines.torch_engine import TorchEngine, conversion, use_compile_cache  # noqa: E402
 
 BENCH = ROOT / "var" / "bench"
 MODEL = BENCH / "inswapper_128_full.onnx"
@@ -75,7 +75,7 @@ def onnxruntime_config(path: Path) -> Config:
 
 
 def torch_config(path: Path, mode: CompileMode, precision: Precision, max_batch: int) -> Config:
-    module = convert(path, float_dtype=PRECISIONS[precision])
+    module = convert(path, **conversion(precision))
     engine = TorchEngine(module, mode=mode, precision=precision, max_batch=max_batch)
     return Config(f"torch {mode} {precision}", lambda f: engine.run(f)[0])
 

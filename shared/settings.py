@@ -78,7 +78,10 @@ class Settings(BaseSettings):
     api_key: SecretStr | None = Field(None, description="The CLI client's API key")
 
     # Scheduling and leases
-    chunk_seconds: float = Field(10.0, gt=0, description="Default chunk length when a job does not say")
+    chunk_seconds: float = Field(10.0, gt=0, description="Default chunk length of face jobs when a job does not say")
+    pixel_free_chunk_seconds: float = Field(
+        60.0, gt=0, description="Default chunk length of jobs whose processors leave the pixels alone (passthrough)"
+    )
     # Recovery: a worker that dies is noticed within lease + reap interval (15 + 2 s); a heartbeat is one UPDATE,
     # measured at 0.5 ms of Postgres CPU and 287 bytes of WAL (benchmarks/heartbeat.py): 1,000 workers beating
     # every 3 s write 333 rows/s, a sixth of one Postgres core. A database outage shorter than lease - heartbeat
@@ -121,15 +124,20 @@ class Settings(BaseSettings):
 
     # Inference engine of the heavy face models (swappers, enhancers); detectors and recognisers use ONNX Runtime
     engine: EngineName | Literal["auto"] = Field(
-        "auto", description="auto: compiled torch on cuda/rocm (where it measures faster), ONNX Runtime elsewhere"
+        "auto",
+        description="auto: compiled torch on cuda/rocm, and on CPUs that compute bf16 natively (AMX, AVX-512 BF16) "
+        "in bf16; ONNX Runtime elsewhere (swapfarm doctor says which and why)",
     )
     model_engines: dict[str, EngineName] = Field(
         default_factory=dict, description="Per-model engine overrides, by registry name (e.g. gfpgan_1.4)"
     )
     torch_compile_mode: CompileMode | Literal["auto"] = Field(
-        "auto", description="torch.compile mode; auto: max-autotune (measured best on GPUs and the CPU)"
+        "auto",
+        description="torch.compile mode; auto: max-autotune on GPUs, default on the CPU (measured as fast)",
     )
-    torch_precision: Precision = Field("fp32", description="Compute dtype of the torch engine (fp16/bf16: faster)")
+    torch_precision: Precision | Literal["auto"] = Field(
+        "auto", description="Compute dtype of the torch engine; auto: bf16 on CPUs that compute it natively, else fp32"
+    )
     torch_compile_cache_dir: Path = Field(
         Path("~/.cache/swapfarm/torch-compile"), description="Persistent compile cache (TORCHINDUCTOR_CACHE_DIR)"
     )
@@ -139,7 +147,8 @@ class Settings(BaseSettings):
     memory_safety_fraction: float = Field(0.8, gt=0, le=1, description="Share of free device memory a batch may use")
     ram_budget_bytes: int | None = Field(None, gt=0, description="RAM a CPU worker's batches may fill; default: free")
     warm_models: list[Swapper | Enhancer] = Field(
-        default_factory=list, description="Models each worker process loads and warms up (every bucket) as it starts"
+        default_factory=list,
+        description="Models each worker process loads, and compiles at its largest batch, on a thread as it starts",
     )
 
     # Object storage, for ``s3://`` storage URLs. Unset fields fall back to boto's own chain (AWS_* variables,

@@ -12,10 +12,29 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 
 from shared.jobs import ChunkPlan
+from shared.settings import Settings
+
+PIXEL_FREE = frozenset({"passthrough"})
+"""Processors that never read or change pixels (``touches_pixels = False``): a chain of them is one ffmpeg process."""
 
 
 def default_chunk_frames(fps: float, chunk_seconds: float) -> int:
     return max(1, math.ceil(fps * chunk_seconds))
+
+
+def chunk_seconds_for(processors: Sequence[str], settings: Settings) -> float:
+    """The default chunk length of a job that runs ``processors``.
+
+    A chain that leaves the pixels alone (``passthrough``) renders each chunk in one ffmpeg process at close to
+    ffmpeg's own speed, so what a chunk costs beyond that — starting the processes, the encoder's ramp-up, the
+    stitch — weighs on it: such jobs get long chunks (``settings.pixel_free_chunk_seconds``; measured on a 30 s
+    720p clip, one worker: 0.73× plain ffmpeg with 10 s chunks, 0.95× with 30 s). A face job costs seconds per
+    frame, that fixed cost is noise, and what matters is that every worker gets a share of the video: its chunks
+    are ``settings.chunk_seconds`` long.
+    """
+    if processors and all(name in PIXEL_FREE for name in processors):
+        return settings.pixel_free_chunk_seconds
+    return settings.chunk_seconds
 
 
 def plan_chunks(

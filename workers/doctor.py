@@ -23,8 +23,9 @@ from rich.text import Text
 from shared.errors import ModelError
 from shared.options import AcceleratorFamily
 from shared.settings import Settings
+from workers.engines.capability import probe_cpu
 from workers.engines.family import detect_family, torch_build
-from workers.engines.loading import GPU_FAMILIES, choose_engine, compile_mode, max_batch
+from workers.engines.loading import GPU_FAMILIES, EngineChoice, choose_engine, compile_mode, max_batch
 
 HARDWARE_CODECS = re.compile(r"nvenc|cuvid|_nvdec|vaapi|qsv|amf|videotoolbox|v4l2m2m|_mf\b|_vulkan|rkmpp|_d3d12va")
 """Names of ffmpeg encoders and decoders that use hardware."""
@@ -128,11 +129,17 @@ def _torch_section(report: Report, settings: Settings, family: AcceleratorFamily
 
 
 def _engines_section(report: Report, settings: Settings, family: AcceleratorFamily) -> None:
-    chosen = {model: choose_engine(settings, family, model) for model in HEAVY_MODELS}
-    report.add("engines", "heavy models", ", ".join(f"{model}: {engine}" for model, engine in chosen.items()))
-    if "torch" in chosen.values():
-        report.add("engines", "torch compile", f"mode {compile_mode(settings, family)}, {settings.torch_precision}, "
-                   f"buckets up to {max_batch(settings, family)}")  # fmt: skip
+    if family == "cpu":
+        report.add("engines", "cpu", probe_cpu().describe())
+    choices = {model: choose_engine(settings, family, model) for model in HEAVY_MODELS}
+    by_choice: dict[EngineChoice, list[str]] = {}
+    for model, choice in choices.items():
+        by_choice.setdefault(choice, []).append(model)
+    for choice, models in by_choice.items():
+        report.add("engines", ", ".join(models), f"{choice.engine} {choice.precision} — {choice.reason}")
+    if any(choice.engine == "torch" for choice in choices.values()):
+        report.add("engines", "torch compile", f"mode {compile_mode(settings, family)}, "
+                   f"buckets up to {max_batch(settings, family)}, compiled when first used")  # fmt: skip
         if not torch_build():
             report.errors.append("a model is set to the torch engine but torch is not installed")
         elif family in GPU_FAMILIES and not _cuda_usable():

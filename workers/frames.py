@@ -161,6 +161,10 @@ class FrameReader:
             self._proc.wait()
         if self._thread is not None:
             self._thread.join(timeout=5)
+        try:
+            self._queue.put_nowait(_DONE)  # wakes a consumer thread still waiting for a batch
+        except queue.Full:
+            pass
         if self._proc is not None:
             for stream in (self._proc.stdout, self._proc.stderr):
                 if stream is not None:

@@ -37,7 +37,8 @@ class WorkerMetrics:
     ``swapfarm_worker_frames_per_second`` per chunk; ``swapfarm_render_batch_size`` per batch;
     ``swapfarm_retries_total`` per failed attempt sent again; ``swapfarm_stitch_seconds`` per stitch;
     ``swapfarm_device_memory_bytes`` read at scrape time; ``swapfarm_degradations_total{code}``
-    (:mod:`workers.notices`); the standard ``process_*`` series.
+    (:mod:`workers.notices`: fallbacks such as ``engine_fallback``, ``eager_fallback``); the standard ``process_*``
+    series.
     """
 
     def __init__(self) -> None:

@@ -19,7 +19,7 @@ from shared.media import FrameScan, MediaInfo, probe, scan_frames
 from shared.options import JobOptions
 from shared.tasks import RENDER_CHUNK, ChunkPayload, render_queue
 from workers import notices
-from workers.chunking import bounded_chunk_frames, default_chunk_frames, plan_chunks
+from workers.chunking import bounded_chunk_frames, chunk_seconds_for, default_chunk_frames, plan_chunks
 from workers.leases import job_heartbeat
 from workers.runtime import Runtime
 
@@ -80,7 +80,10 @@ def _plan(
         raise InputError("the video has no frames", code="media_no_frames")
     _report_timing(scan)
     exact = bool(options.chunk_frames)  # asked for: exact sizes; else about chunk_seconds each, cut at keyframes
-    wanted = options.chunk_frames or default_chunk_frames(media.fps_value, settings.chunk_seconds)
+    # asked for, or a length that suits the job's processors (pixel-free chains get long chunks)
+    wanted = options.chunk_frames or default_chunk_frames(
+        media.fps_value, chunk_seconds_for(options.processors, settings)
+    )
     if scan.untimed:  # decode times are no seek positions once B-frames reorder them: one chunk, read from the start
         return plan_chunks(times, len(times), media.start_time), media, len(times)
     size = bounded_chunk_frames(len(times), wanted, settings.min_chunk_frames, settings.max_chunks_per_job)

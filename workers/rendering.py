@@ -27,9 +27,12 @@ from shared.options import JobOptions
 from shared.processes import StderrTail, child_env
 from shared.tasks import RENDER_CHUNK, STITCH, STITCH_QUEUE, ChunkPayload, JobPayload, render_queue
 from workers import ffmpeg, notices
+from workers.engines.base import Degradation
 from workers.frames import FrameReader, FrameWriter
 from workers.leases import Heartbeat
-from workers.processors import Processor, ProcessorContext, build
+from workers.pipeline import run_stages, stages_of
+from workers.processors import FrameBatch, Processor, ProcessorContext, build
+from workers.processors.base import Report
 from workers.runtime import Runtime
 
 logger = logging.getLogger(__name__)
@@ -147,7 +150,8 @@ def _render(
         tempfile.TemporaryDirectory(dir=scratch) as tmp,
         Heartbeat(lambda: _beat(rt, claim, progress[0]), rt.settings.heartbeat_seconds, claim.chunk_id) as beat,
     ):
-        context = ProcessorContext(options=options, sources=sources, settings=rt.settings)
+        report = _reporter(rt, claim)
+        context = ProcessorContext(options=options, sources=sources, settings=rt.settings, report=report)
         processors = [build(name, context) for name in options.processors]
         encoded = Path(tmp) / f"{claim.index:05d}.mp4"
         if any(getattr(p, "touches_pixels", True) for p in processors):
@@ -162,6 +166,19 @@ def _render(
     return output_url
 
 
+def _reporter(rt: Runtime, claim: jobs.ChunkClaim) -> Report:
+    """Where this chunk's processors report a slower path their models took: a degradation like any other
+    (:mod:`workers.notices`: a log line, ``swapfarm_degradations_total{code}``, a ``warning`` event once per job
+    and code). Written at once, not collected: the processors' stages run on threads of their own."""
+
+    def report(degradation: Degradation) -> None:
+        with job_context(job_id=claim.job_id, chunk_id=claim.chunk_id):
+            notice = notices.report(degradation.kind, degradation.message)
+        notices.record(rt.db, claim.job_id, [notice])
+
+    return report
+
+
 def _process(
     rt: Runtime,
     claim: jobs.ChunkClaim,
@@ -173,7 +190,8 @@ def _process(
     progress: list[int],
     beat: Heartbeat,
 ) -> None:
-    """Decode the chunk's frames through a pipe, run the processors batch by batch, encode through a pipe."""
+    """Decode the chunk's frames through a pipe, run the processors' stages overlapped (:mod:`workers.pipeline`),
+    encode through a pipe."""
     frames = claim.frame_end - claim.frame_start
     reader = FrameReader(
         target,
@@ -189,16 +207,17 @@ def _process(
         encoded, width=media.width, height=media.height, fps=media.fps, options=options.encoder,
         stall_seconds=rt.settings.chunk_stall_seconds,
     )  # fmt: skip
+
+    def sink(batch: FrameBatch) -> None:
+        rt.metrics.batch_size.observe(len(batch))
+        writer.write(batch)
+        progress[0] += len(batch)
+        if not beat.alive:
+            raise LeaseLostError(f"chunk {claim.chunk_id}: lease lost or job cancelled")
+
     try:
         with reader:
-            for batch in reader:
-                rt.metrics.batch_size.observe(len(batch))
-                for processor in processors:
-                    batch = processor.process(batch)
-                writer.write(batch)
-                progress[0] += len(batch)
-                if not beat.alive:
-                    raise LeaseLostError(f"chunk {claim.chunk_id}: lease lost or job cancelled")
+            run_stages(reader, stages_of(processors), sink)
         writer.close()
     except BaseException:
         writer.abort()

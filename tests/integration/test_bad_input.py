@@ -245,15 +245,16 @@ def _job_count(settings: Settings) -> int:
 
 
 def _stored(settings: Settings) -> list[Path]:
-    """Stored files of no job the database knows: what a refused submission could leave behind. (Files of known
-    jobs change as the module's farm works on them, some perhaps left queued by other test modules.)"""
+    """Files in storage that belong to no job in the database: what a refused submission would leave behind.
+    (Jobs of other tests — the reaper hands this module's workers any it finds abandoned — may write their own
+    files meanwhile.)"""
     root = Path(settings.storage_url.removeprefix("file://"))
     with session_scope(settings.database_url) as s:
         known = set(s.scalars(select(Job.id)))
-    files = (p for p in root.rglob("*") if p.is_file()) if root.exists() else iter(())
-    return sorted(
-        p for p in files if not (p.relative_to(root).parts[:1] == ("jobs",) and p.parts[len(root.parts) + 1] in known)
-    )
+    files = sorted(p for p in root.rglob("*") if p.is_file()) if root.exists() else []
+    return [
+        p for p in files if not (p.relative_to(root).parts[:1] == ("jobs",) and p.relative_to(root).parts[1] in known)
+    ]
 
 
 def _assert_refused(response_of: Callable[[], object], settings: Settings, spool: Path, status: int, code: str) -> None:

@@ -364,7 +364,11 @@ def codeformer(*, width: int = 4, seed: int = 0, batch: Batch = "N") -> onnx.Mod
 
 def replica_settings(models_dir: Path, cache_dir: Path | None = None, **overrides: Any) -> Settings:
     """Settings under which ``resolve`` finds replicas installed in ``models_dir``: hash mismatches allowed
-    (a replica's hash is its own), CPU, and no base URLs, so nothing is ever downloaded."""
+    (a replica's hash is its own), CPU, and no base URLs, so nothing is ever downloaded.
+
+    The heavy models run on ONNX Runtime unless ``engine`` says otherwise: what ``auto`` picks depends on the
+    machine's CPU, and compiling is the business of the engine tests (tests/workers/test_torch_engine.py,
+    tests/integration/test_face_engine_jobs.py), not of every test that swaps a face."""
     values: dict[str, Any] = {
         "environment": "test",
         "models_dir": models_dir,
@@ -372,6 +376,7 @@ def replica_settings(models_dir: Path, cache_dir: Path | None = None, **override
         "allow_model_hash_mismatch": True,
         "family": "cpu",
         "model_base_urls": [],
+        "engine": "onnxruntime",
     }
     return Settings(**(values | overrides))
 
@@ -382,3 +387,74 @@ def install_replica(model: onnx.ModelProto, name: str, folder: Path) -> Path:
     path = folder / REGISTRY[name].file_name
     onnx.save(model, str(path))
     return path
+
+
+def exported_inswapper(*, width: float = REDUCED_WIDTH, seed: int = 0, dynamo: bool = False) -> onnx.ModelProto:
+    """inswapper_128's architecture as a torch module (``ReflectionPad2d``, ``InstanceNorm2d``, bilinear
+    ``Upsample``, style linears), written by ``torch.onnx.export`` — as models in the wild are — rather than built
+    node by node: the TorchScript exporter (``dynamo=False``, opset 17) writes each reflection pad's amounts as a
+    negative-step Slice chain. Same I/O as :func:`inswapper_128` (``emap`` appended as the last initializer)."""
+    import io
+    import warnings
+
+    import torch
+    from torch import nn
+
+    stem, enc1, enc2, enc3 = (max(1, round(c * width)) for c in (128, 256, 512, 1024))
+
+    class Style(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = nn.Sequential(nn.ReflectionPad2d(1), nn.Conv2d(enc3, enc3, 3))
+            self.norm = nn.InstanceNorm2d(enc3)
+            self.linear = nn.Linear(512, 2 * enc3)
+
+        def forward(self, x: torch.Tensor, latent: torch.Tensor) -> torch.Tensor:
+            scale, shift = self.linear(latent)[:, :, None, None].chunk(2, dim=1)
+            return self.norm(self.conv(x)) * (1 + 0.1 * scale) + 0.1 * shift
+
+    class Swapper(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            act = nn.LeakyReLU(0.2)
+            self.encoder = nn.Sequential(
+                nn.ReflectionPad2d(3), nn.Conv2d(3, stem, 7), act,
+                nn.Conv2d(stem, enc1, 3, padding=1), act,
+                nn.Conv2d(enc1, enc2, 3, stride=2, padding=1), act,
+                nn.Conv2d(enc2, enc3, 3, stride=2, padding=1), act,
+            )  # fmt: skip
+            self.styles = nn.ModuleList(Style() for _ in range(12))
+            self.decoder = nn.Sequential(
+                nn.Upsample(scale_factor=2, mode="bilinear"), nn.Conv2d(enc3, enc2, 3, padding=1), act,
+                nn.Upsample(scale_factor=2, mode="bilinear"), nn.Conv2d(enc2, enc1, 3, padding=1), act,
+                nn.Conv2d(enc1, stem, 3, padding=1), act,
+                nn.ReflectionPad2d(3), nn.Conv2d(stem, 3, 7), nn.Tanh(),
+            )  # fmt: skip
+
+        def forward(self, target: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
+            h = self.encoder(target)
+            for index in range(0, len(self.styles), 2):
+                residual = h
+                h = torch.relu(self.styles[index](h, source))
+                h = self.styles[index + 1](h, source) + residual
+            return (self.decoder(h) + 1) / 2
+
+    torch.manual_seed(seed)
+    module = Swapper().eval()
+    example = (torch.rand(2, 3, 128, 128), torch.randn(2, 512) * 0.17)
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")  # the exporters' deprecation and tracer notes
+        if dynamo:
+            batch = torch.export.Dim("N", min=1, max=1024)
+            program = torch.onnx.export(module, example, dynamo=True, input_names=["target", "source"],
+                                        output_names=["output"], dynamic_shapes=({0: batch}, {0: batch}))  # fmt: skip
+            assert program is not None
+            model = program.model_proto
+        else:
+            buffer = io.BytesIO()
+            torch.onnx.export(module, example, buffer, dynamo=False, opset_version=OPSET,
+                              input_names=["target", "source"], output_names=["output"],
+                              dynamic_axes={name: {0: "N"} for name in ("target", "source", "output")})  # fmt: skip
+            model = onnx.load_from_string(buffer.getvalue())
+    model.graph.initializer.append(numpy_helper.from_array(realistic_emap(seed), "emap"))
+    return model

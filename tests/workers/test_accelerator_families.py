@@ -10,7 +10,9 @@ from pathlib import Path
 
 from tests.support.faces import cpu_settings
 from workers.doctor import diagnose, hardware_codecs
+from workers.engines.capability import probe_cpu
 from workers.engines.family import _family_from_torch, detect_family, refused_render_queues, torch_build
+from workers.engines.loading import choose_engine
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -87,3 +89,12 @@ def test_a_gpu_worker_without_its_gpu_provider_refuses_render_work_unless_provid
     assert refused_render_queues("cuda", cpu_only, chosen=cpu_only) == (frozenset(), None), "a decision"
     assert refused_render_queues("cpu", cpu_only) == (frozenset(), None)
     assert refused_render_queues("mps", cpu_only) == (frozenset(), None), "MPS falls back in torch, reported there"
+
+
+def test_doctor_prints_the_engine_each_heavy_model_gets_and_why(tmp_path: Path) -> None:
+    report = diagnose(cpu_settings(tmp_path, torch_compile_cache_dir=tmp_path / "cache"))
+    engines = dict(report.sections["engines"])
+    assert engines["cpu"] == probe_cpu().describe()
+    choice = choose_engine(cpu_settings(tmp_path), "cpu", "inswapper_128")
+    rows = [value for label, value in report.sections["engines"] if "inswapper_128" in label]
+    assert rows == [f"{choice.engine} {choice.precision} — {choice.reason}"]

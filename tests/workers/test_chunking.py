@@ -2,7 +2,10 @@ from __future__ import annotations
 
 import pytest
 
-from workers.chunking import default_chunk_frames, plan_chunks
+from shared.options import JobOptions
+from shared.settings import Settings
+from workers.chunking import PIXEL_FREE, chunk_seconds_for, default_chunk_frames, plan_chunks
+from workers.processors import ProcessorContext, build
 
 
 def test_every_frame_is_in_exactly_one_chunk() -> None:
@@ -55,3 +58,12 @@ def test_without_a_keyframe_nearby_the_cut_stays_where_it_was() -> None:
     times = [i / 30 for i in range(900)]
     chunks = plan_chunks(times, 300, keyframes=[0, 10])
     assert [c.frame_start for c in chunks] == [0, 300, 600]
+
+
+def test_pixel_free_jobs_get_long_chunks_and_face_jobs_the_face_length() -> None:
+    settings = Settings(environment="test", chunk_seconds=10, pixel_free_chunk_seconds=60)
+    assert chunk_seconds_for(["passthrough"], settings) == 60
+    assert chunk_seconds_for(["face_swapper"], settings) == 10
+    assert chunk_seconds_for(["passthrough", "face_blur"], settings) == 10
+    context = ProcessorContext(options=JobOptions(processors=["passthrough"]), sources=[], settings=settings)
+    assert all(getattr(build(name, context), "touches_pixels", True) is False for name in PIXEL_FREE)

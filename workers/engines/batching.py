@@ -80,6 +80,10 @@ class FittedBatches:
         self.cap = limit
         self.backoffs = 0
 
+    def measured(self, per_item_bytes: int) -> None:
+        """The engine measured the memory one more item costs: later batches are fitted to it."""
+        self.per_item_bytes = per_item_bytes
+
     def size(self) -> int:
         """Items in the next batch."""
         if self.memory is None or not self.per_item_bytes:

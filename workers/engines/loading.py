@@ -1,9 +1,15 @@
 """Loading a heavy face model (a swapper or an enhancer) on the engine chosen for it and this worker's family.
 
-``settings.engine`` picks the engine (``auto``: compiled torch on CUDA/ROCm, where it measures faster, and ONNX
-Runtime elsewhere — on the CPU ONNX Runtime is the measured default); ``settings.model_engines`` overrides it
-per model. A loaded model comes with its :class:`~workers.engines.batching.FittedBatches`: how many faces go in
-one call, fitted to the device's memory and halved on out-of-memory. Models are loaded once per process.
+``settings.engine`` picks the engine, ``settings.model_engines`` overrides it per model. ``auto`` picks, per machine,
+the fastest engine that keeps quality (:func:`choose_engine`): the compiled torch engine on CUDA/ROCm, and on CPUs
+that compute bf16 natively (AMX or AVX-512 BF16, as :mod:`workers.engines.capability` probes it) the compiled
+torch engine in bf16 — its swapped crops stay above 35 dB PSNR of fp32's (tests/workers/test_precision.py);
+ONNX Runtime fp32 elsewhere. A model the torch converter cannot take runs on ONNX Runtime instead, with a
+:class:`~workers.engines.base.Degradation` the render step reports; it never fails the job.
+
+A loaded model comes with its :class:`~workers.engines.batching.FittedBatches`: how many faces go in one call,
+fitted to the device's memory and halved on out-of-memory. Models are loaded once per process and shared by every
+chunk and job (:func:`loads` counts the loads).
 """
 
 from __future__ import annotations
@@ -11,7 +17,9 @@ from __future__ import annotations
 import importlib.util
 import logging
 import threading
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import cast
@@ -19,8 +27,9 @@ from typing import cast
 from shared.errors import ModelError
 from shared.options import AcceleratorFamily, Enhancer, Swapper
 from shared.settings import CompileMode, EngineName, Precision, Settings
-from workers.engines.base import Engine
+from workers.engines.base import Degradation, Engine
 from workers.engines.batching import FittedBatches
+from workers.engines.capability import CpuProbe, probe_cpu
 from workers.engines.family import detect_family
 from workers.engines.memory import HostMemory, memory_for
 from workers.engines.onnx import OnnxEngine
@@ -36,26 +45,65 @@ def torch_installed() -> bool:
     return importlib.util.find_spec("torch") is not None
 
 
-def choose_engine(settings: Settings, family: AcceleratorFamily, model: str) -> EngineName:
-    """The engine for ``model`` on a worker of ``family``: the model's override, else ``settings.engine``, with
-    ``auto`` resolved to torch on CUDA/ROCm (if torch is installed) and ONNX Runtime elsewhere."""
+@dataclass(frozen=True)
+class EngineChoice:
+    """The engine and precision a model runs with on this machine, and why (``swapfarm doctor`` prints it)."""
+
+    engine: EngineName
+    precision: Precision
+    reason: str
+
+
+def choose_engine(
+    settings: Settings, family: AcceleratorFamily, model: str, *, cpu: CpuProbe = probe_cpu
+) -> EngineChoice:
+    """The engine for ``model`` on a worker of ``family``: the model's override, else ``settings.engine``.
+
+    ``auto`` resolves to the compiled torch engine on CUDA/ROCm (if torch is installed); on a ``cpu`` worker whose
+    CPU computes bf16 natively (``cpu()``: AMX or AVX-512 BF16) to the compiled torch engine in bf16, unless the
+    precision is set to something else; to ONNX Runtime everywhere else (fp32, OpenVINO, CoreML).
+    """
     wanted = settings.model_engines.get(model, settings.engine)
-    if wanted != "auto":
-        return wanted
+    precision = _precision(settings, family, cpu)
+    if wanted == "onnxruntime":
+        return EngineChoice("onnxruntime", "fp32", "ONNX Runtime, as set")
+    if wanted == "torch":
+        return EngineChoice("torch", precision, f"compiled torch in {precision}, as set")
+    if not torch_installed():
+        return EngineChoice("onnxruntime", "fp32", "auto: torch is not installed")
     if family in GPU_FAMILIES:
-        if torch_installed():
-            return "torch"
-        logger.warning("family %s prefers the torch engine but torch is not installed; using ONNX Runtime", family)
-    return "onnxruntime"
+        return EngineChoice("torch", precision, f"auto: compiled torch on {family} (measured faster than ONNX Runtime)")
+    if family != "cpu":
+        return EngineChoice("onnxruntime", "fp32", f"auto: ONNX Runtime with the {family} provider")
+    capability = cpu()
+    if not capability.native_bf16:
+        return EngineChoice(
+            "onnxruntime", "fp32", f"auto: the CPU has no native bf16 ({capability.describe()}): ONNX Runtime fp32"
+        )
+    if precision != "bf16":
+        return EngineChoice("onnxruntime", "fp32", f"auto: torch precision set to {precision}: ONNX Runtime fp32")
+    return EngineChoice(
+        "torch",
+        "bf16",
+        f"auto: the CPU computes bf16 natively ({capability.describe()}): compiled torch in bf16 "
+        "(faster than ONNX Runtime fp32, crops within 35 dB PSNR of fp32)",
+    )
+
+
+def _precision(settings: Settings, family: AcceleratorFamily, cpu: CpuProbe) -> Precision:
+    if settings.torch_precision != "auto":
+        return settings.torch_precision
+    return "bf16" if family == "cpu" and cpu().native_bf16 else "fp32"
 
 
 def compile_mode(settings: Settings, family: AcceleratorFamily) -> CompileMode:
-    """``settings.torch_compile_mode``, with ``auto`` as max-autotune: on CUDA/ROCm by design, and on the CPU because
-    it measured at least as fast as ``default`` (full-size swapper, 2 cores: equal at batch 1, 1.30x vs 1.08x of
-    ONNX Runtime at batch 8) for a similar compile time (benchmarks/torch_engine_cpu.py)."""
+    """``settings.torch_compile_mode``, with ``auto`` as max-autotune on CUDA/ROCm (by design: CUDA graphs and
+    autotuned kernels) and ``default`` on the CPU, where max-autotune only autotunes matrix-product templates — the
+    linear layers, a sliver of a face model's work — and measured no faster (benchmarks/face_swap_cpu.py
+    ``--levers``)."""
     if settings.torch_compile_mode != "auto":
         return settings.torch_compile_mode
-    return "max-autotune"
+    return "max-autotune" if family in GPU_FAMILIES else "default"
 
 
 def max_batch(settings: Settings, family: AcceleratorFamily) -> int:
@@ -67,53 +115,103 @@ def max_batch(settings: Settings, family: AcceleratorFamily) -> int:
 
 @dataclass(frozen=True)
 class LoadedModel:
-    """A model ready to run: its engine, the batch its input is fixed to (if any), and its batch sizing."""
+    """A model ready to run: its engine, the batch its input is fixed to (if any), its batch sizing, and — when
+    it runs on another engine than the one chosen for it — why (``fallback``)."""
 
     engine: Engine
     fixed_batch: int | None
     batches: FittedBatches
+    name: str = ""
+    fallback: str | None = field(default=None)
+
+    def degradations(self) -> list[Degradation]:
+        """The slower paths this model is on now: ONNX Runtime instead of the torch engine, eager instead of
+        compiled (known once compiling failed)."""
+        found = []
+        if self.fallback is not None:
+            found.append(Degradation("engine_fallback", self.name, self.fallback))
+        stats = getattr(self.engine, "stats", None)
+        reason = getattr(stats, "fallback_reason", None)
+        if reason:
+            message = f"model {self.name}: torch.compile failed, so it runs uncompiled (slower): {reason}"
+            found.append(Degradation("eager_fallback", self.name, message.splitlines()[0][:500]))
+        return found
+
+
+_LOADS: Counter[str] = Counter()
+_ONNX_MODELS: dict[tuple[object, ...], LoadedModel] = {}  # this process's models on ONNX Runtime (torch's: _load_torch)
+
+
+_LOADED: list[LoadedModel] = []
+
+
+def loads() -> Mapping[str, int]:
+    """How many times each model file was loaded (read and converted, or given a session) in this process: once
+    each, however many chunks and jobs use it."""
+    return dict(_LOADS)
+
+
+def loaded_models() -> list[LoadedModel]:
+    """The heavy models this process has loaded, in order (their engines' counters tell compiles and padding)."""
+    return list(_LOADED)
 
 
 def load_model(path: Path, settings: Settings, *, name: str, batch_input: str) -> LoadedModel:
-    """Load model ``name`` from ``path`` on its engine (cached per process); a torch engine is warmed up here, every
-    bucket compiled and the batch fitted to free memory.
+    """Load model ``name`` from ``path`` on its engine, once per process (later calls return the same model).
+
+    A torch engine compiles lazily, each batch size when a batch of it first runs, and fits its batch to free
+    memory from the per-item memory measured then (kept beside the compile cache for the next process). A
+    model the torch engine cannot take (an operator the converter lacks, no usable device) runs on ONNX Runtime,
+    with ``fallback`` saying why.
 
     Raises:
-        ModelError: the file cannot be loaded, the engine is not usable here (torch missing, no GPU for the
-            family), or the converter does not support an operator of the model.
+        ModelError: the file cannot be loaded by any engine, or the torch engine is chosen and torch is missing.
     """
     family = detect_family(settings)
-    engine_name = choose_engine(settings, family, name)
+    choice = choose_engine(settings, family, name)
     resolved = path.resolve()
     try:
         mtime_ns = resolved.stat().st_mtime_ns
     except OSError as error:
         raise ModelError(f"cannot load model {path}: {error}") from error
-    if engine_name == "onnxruntime":
-        engine = OnnxEngine.load(path, settings)
-        batches = FittedBatches(settings.batch_size, memory=HostMemory(settings.ram_budget_bytes))
-        return LoadedModel(engine, engine.fixed_batch(batch_input), batches)
-    if not torch_installed():
-        raise ModelError(f"model {name} is set to the torch engine but torch is not installed (extra 'torch')")
+    if choice.engine == "torch":
+        if not torch_installed():
+            raise ModelError(f"model {name} is set to the torch engine but torch is not installed (extra 'torch')")
+        with _LOADING:
+            loaded = _load_torch(
+                str(resolved),
+                mtime_ns,
+                name,
+                batch_input,
+                family,
+                choice.precision,
+                compile_mode(settings, family),
+                max_batch(settings, family),
+                settings.memory_safety_fraction,
+                settings.ram_budget_bytes,
+                str(settings.torch_compile_cache_dir),
+            )
+        if isinstance(loaded, LoadedModel):
+            return loaded
+        fallback = f"model {name}: the torch engine cannot run it ({loaded}); ONNX Runtime runs it instead (slower)"
+    else:
+        fallback = None
+    key = (str(resolved), mtime_ns, name, batch_input, tuple(settings.execution_providers or ()), fallback)
     with _LOADING:
-        return _load_torch(
-            str(resolved),
-            mtime_ns,
-            batch_input,
-            family,
-            settings.torch_precision,
-            compile_mode(settings, family),
-            max_batch(settings, family),
-            settings.memory_safety_fraction,
-            settings.ram_budget_bytes,
-            str(settings.torch_compile_cache_dir),
-        )
+        if key not in _ONNX_MODELS:
+            engine = OnnxEngine.load(path, settings)
+            _LOADS[name] += 1
+            batches = FittedBatches(settings.batch_size, memory=HostMemory(settings.ram_budget_bytes))
+            _ONNX_MODELS[key] = LoadedModel(engine, engine.fixed_batch(batch_input), batches, name, fallback)
+            _LOADED.append(_ONNX_MODELS[key])
+        return _ONNX_MODELS[key]
 
 
 def warm_in_background(settings: Settings) -> threading.Thread:
-    """Load and warm up ``settings.warm_models`` (swappers and enhancers, by name) on a daemon thread, so a worker
-    process compiles its buckets as it starts, not in its first task; a task that needs a model meanwhile waits
-    for it. Failures are logged: the task that needs the model will raise them."""
+    """Load ``settings.warm_models`` (swappers and enhancers, by name) on a daemon thread and compile each at its
+    largest batch — the one a busy worker runs — so a worker process compiles as it starts, not in its first task;
+    a task that needs a model meanwhile waits for it. Other batch sizes compile when first needed. Failures are
+    logged: the task that needs the model will raise them."""
 
     def warm() -> None:
         from workers.faces.enhancing import ENHANCERS, FaceEnhancer
@@ -122,9 +220,9 @@ def warm_in_background(settings: Settings) -> threading.Thread:
         for name in settings.warm_models:
             try:
                 if name in SWAPPERS:
-                    FaceSwapper.load(cast(Swapper, name), settings)
+                    FaceSwapper.load(cast(Swapper, name), settings).engine.warmup()
                 elif name in ENHANCERS:
-                    FaceEnhancer.load(cast(Enhancer, name), settings)
+                    FaceEnhancer.load(cast(Enhancer, name), settings).engine.warmup()
             except Exception:
                 logger.exception("warm_models: warming %s failed", name)
 
@@ -137,6 +235,7 @@ def warm_in_background(settings: Settings) -> threading.Thread:
 def _load_torch(
     path: str,
     mtime_ns: int,
+    name: str,
     batch_input: str,
     family: AcceleratorFamily,
     precision: Precision,
@@ -145,21 +244,31 @@ def _load_torch(
     safety: float,
     ram_budget_bytes: int | None,
     cache_dir: str,
-) -> LoadedModel:
+) -> LoadedModel | str:
+    """The model on the torch engine, or why it cannot be (remembered too: a model is not converted again per
+    chunk only to fail again)."""
     from workers.engines.torch_engine import TorchEngine, device_for
 
-    device = device_for(family)
-    memory = memory_for(device, ram_budget_bytes)
-    engine = TorchEngine.load(
-        Path(path),
-        device=device,
-        precision=precision,
-        mode=mode,
-        max_batch=limit,
-        memory=memory,
-        safety=safety,
-        cache_dir=Path(cache_dir),
-    )
-    engine.warmup()
+    try:
+        device = device_for(family)
+        memory = memory_for(device, ram_budget_bytes)
+        engine = TorchEngine.load(
+            Path(path),
+            device=device,
+            precision=precision,
+            mode=mode,
+            max_batch=limit,
+            memory=memory,
+            safety=safety,
+            cache_dir=Path(cache_dir),
+        )
+    except ModelError as error:
+        logger.warning("model %s: the torch engine cannot run it; using ONNX Runtime (slower): %s", name, error)
+        return str(error)
+    _LOADS[name] += 1
+    engine.prepare()
     batches = FittedBatches(engine.max_batch, memory=memory, per_item_bytes=engine.per_item_bytes, safety=safety)
-    return LoadedModel(engine, engine.fixed_batch(batch_input), batches)
+    engine.on_measured = batches.measured
+    loaded = LoadedModel(engine, engine.fixed_batch(batch_input), batches, name=name)
+    _LOADED.append(loaded)
+    return loaded

@@ -105,6 +105,9 @@ class Node:
     outputs: Sequence[str]
     opset: int
     float_dtype: torch.dtype | None = None
+    matmul_dtype: torch.dtype | None = None
+    """Where set, convolutions and matrix products whose weights the converter stores in this dtype compute in it
+    and hand back ``float_dtype``: mixed precision, as ``torch.autocast`` runs bf16."""
     _used: set[str] = field(default_factory=set)
 
     def fail(self, why: str) -> ModelError:
@@ -331,7 +334,11 @@ def _conv(node: Node) -> Kernel:
     def run(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
         if explicit is not None:
             x = F.pad(x, explicit)
-        return conv(x, weight, bias, stride, padding, dilation, groups)
+        low, out = _matmul_types(node, x, weight)
+        result = conv(
+            x.to(low), weight.to(low), None if bias is None else bias.to(low), stride, padding, dilation, groups
+        )
+        return result.to(out)
 
     return Kernel(run, (0, 1, 2))
 
@@ -350,7 +357,11 @@ def _conv_transpose(node: Node) -> Kernel:
         raise node.fail("asymmetric ConvTranspose padding is not supported")
 
     def run(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
-        return F.conv_transpose2d(x, weight, bias, stride, padding, output_padding, groups, dilation)
+        low, out = _matmul_types(node, x, weight)
+        low_bias = None if bias is None else bias.to(low)
+        return F.conv_transpose2d(
+            x.to(low), weight.to(low), low_bias, stride, padding, output_padding, groups, dilation
+        ).to(out)
 
     return Kernel(run, (0, 1, 2))
 
@@ -360,10 +371,17 @@ def _gemm(node: Node) -> Kernel:
     alpha, beta = float(node.attr("alpha", 1.0)), float(node.attr("beta", 1.0))
     trans_a, trans_b = bool(node.attr("transA", 0)), bool(node.attr("transB", 0))
     if alpha == 1.0 and beta == 1.0 and not trans_a and trans_b:
-        return Kernel(F.linear, (0, 1, 2))  # the exported nn.Linear: one fused kernel
+
+        def linear(a: Tensor, b: Tensor, c: Tensor | None) -> Tensor:  # the exported nn.Linear: one fused kernel
+            low, out = _matmul_types(node, a, b)
+            return F.linear(a.to(low), b.to(low), None if c is None else c.to(low)).to(out)
+
+        return Kernel(linear, (0, 1, 2))
 
     def run(a: Tensor, b: Tensor, c: Tensor | None) -> Tensor:
-        product = (a.t() if trans_a else a) @ (b.t() if trans_b else b)
+        low, out = _matmul_types(node, a, b)
+        a, b = a.to(low), b.to(low)
+        product = ((a.t() if trans_a else a) @ (b.t() if trans_b else b)).to(out)
         product = product * alpha if alpha != 1.0 else product
         return product if c is None else product + (c * beta if beta != 1.0 else c)
 
@@ -372,7 +390,21 @@ def _gemm(node: Node) -> Kernel:
 
 @_op("MatMul")
 def _matmul(node: Node) -> Kernel:
-    return Kernel(torch.matmul, (0, 1))
+    def run(a: Tensor, b: Tensor) -> Tensor:
+        low, out = _matmul_types(node, a, b)
+        return torch.matmul(a.to(low), b.to(low)).to(out)
+
+    return Kernel(run, (0, 1))
+
+
+MATMUL_OPS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul"})
+"""Operators that compute in ``matmul_dtype`` where one is set; their constant weights are stored in it."""
+
+
+def _matmul_types(node: Node, x: Tensor, weight: Tensor) -> tuple[torch.dtype, torch.dtype]:
+    """The dtype a matrix operator computes in — its weight's (stored in ``matmul_dtype`` or not by the converter)
+    — and the one it hands back, its input's."""
+    return (weight.dtype if weight.is_floating_point() else x.dtype), x.dtype
 
 
 @_op("BatchNormalization")
@@ -484,6 +516,12 @@ def _resize(node: Node) -> Kernel:
         align, torch_mode = False, "nearest"
     elif mode == "nearest" and (transform, nearest) == ("half_pixel", "round_prefer_ceil"):
         align, torch_mode = False, "nearest-exact"
+    elif (
+        mode == "cubic"
+        and transform in {"half_pixel", "pytorch_half_pixel", "align_corners"}
+        and (float(node.attr("cubic_coeff_a", -0.75)) == -0.75 and not node.attr("exclude_outside", 0))
+    ):  # torch's bicubic: Keys' kernel with a = -0.75, borders clamped (what both exporters write for it)
+        align, torch_mode = transform == "align_corners", "bicubic"
     else:
         raise node.fail(f"mode={mode} with {transform}/{nearest} is not supported")
     scales = node.static(2).astype(np.float64).reshape(-1) if node.has(2) and node.static(2).size else None
@@ -492,6 +530,8 @@ def _resize(node: Node) -> Kernel:
         raise node.fail(f"only spatial scales are supported, got {list(scales)}")
     spatial = len(scales) - 2 if scales is not None else len(sizes or []) - 2
     torch_mode = torch_mode or _INTERPOLATION.get(spatial, "")
+    if torch_mode == "bicubic" and spatial != 2:
+        raise node.fail("cubic Resize of other than two spatial axes is not supported")
     if not torch_mode or sizes is not None and not all(isinstance(s, int) for s in sizes[2:]):
         raise node.fail("Resize of this rank or with run-time sizes is not supported")
     size = [int(s) for s in sizes[2:]] if sizes is not None else None  # type: ignore[arg-type]  # ints, checked
@@ -644,18 +684,32 @@ def _slice(node: Node) -> Kernel:
         starts, ends = node.ints(1), node.ints(2)
         axes = node.ints(3) if node.has(3) else list(range(len(starts)))
         steps = node.ints(4) if node.has(4) else [1] * len(starts)
-    if any(step < 1 for step in steps):
-        raise node.fail("Slice with a negative or zero step is not supported")
-    cuts = {
-        axis: slice(start, min(end, INT64_MAX), step)
-        for axis, start, end, step in zip(axes, starts, ends, steps, strict=True)
-    }
+    if 0 in steps:
+        raise node.fail("Slice with a zero step is not valid ONNX")
+    cuts = list(zip(axes, starts, ends, steps, strict=True))
 
     def run(x: Tensor) -> Tensor:
-        index = tuple(cuts.get(axis, cuts.get(axis - x.dim(), slice(None))) for axis in range(x.dim()))
-        return x[index]
+        for axis, start, end, step in cuts:
+            x = _cut(x, axis % x.dim(), start, end, step)
+        return x
 
     return Kernel(run, (0,))
+
+
+def _cut(x: Tensor, axis: int, start: int, end: int, step: int) -> Tensor:
+    """``x[start:end:step]`` along ``axis``, clamped as ONNX clamps (Python's slice rules, for these bounds).
+
+    torch's indexing refuses negative steps, which the exporters write for ``flip`` and for the pad amounts of
+    ``ReflectionPad2d``/``ReplicationPad2d``: the axis is flipped and sliced forwards instead.
+    """
+    size = int(x.shape[axis])
+    first, stop, stride = slice(start, min(end, INT64_MAX), step).indices(size)
+    index: list[slice] = [slice(None)] * x.dim()
+    if stride > 0:
+        index[axis] = slice(first, stop, stride)
+        return x[tuple(index)]
+    index[axis] = slice(size - 1 - first, size - 1 - stop, -stride)
+    return x.flip(axis)[tuple(index)]
 
 
 @_op("Gather")
@@ -787,7 +841,9 @@ def _shape_slice(node: Node) -> Value:
     elements, _ = _elements(node, 0)
     starts, ends = node.ints(1), node.ints(2)
     steps = node.ints(4) if node.has(4) else [1]
-    return shape_value(elements[starts[0] : min(ends[0], INT64_MAX) : steps[0]])
+    if steps[0] == 0:
+        raise node.fail("Slice with a zero step is not valid ONNX")
+    return shape_value(elements[starts[0] : min(ends[0], INT64_MAX) : steps[0]])  # Python clamps as ONNX does
 
 
 @_shape_op("Cast")

@@ -1,12 +1,16 @@
 """A compiled torch engine behind the :class:`~workers.engines.base.Engine` protocol.
 
 The ONNX file becomes a torch module (:mod:`workers.engines.onnx_to_torch`), compiled once with
-``torch.compile(mode=…, fullgraph=True, dynamic=False)``. Batches are padded to a few *buckets* (powers of two up
-to the largest batch that fits in memory) so the number of compiled shapes — and CUDA-graph recordings under
-``reduce-overhead``/``max-autotune`` — stays bounded; :meth:`TorchEngine.warmup` compiles every bucket up front and
-measures the memory one more item costs. Compiled code is kept in a persistent cache folder, so a restarted
-worker loads it instead of compiling again. If compiling fails the engine falls back to eager execution — with
-a warning and a count in :attr:`TorchEngine.stats`, never silently.
+``torch.compile(fullgraph=True, dynamic=False)``; on the CPU with the Inductor options that measured faster there
+(:data:`CPU_OPTIONS`). Batches run in a few *buckets*
+(powers of two up to the largest batch that fits in memory) so the number of compiled shapes — and CUDA-graph
+recordings — stays bounded, and a batch is split rather than padded far past its size (:func:`plan_calls`: at most
+10 % padding per call). A bucket compiles when a batch of its size first runs (lazily: a worker compiles only the
+sizes it uses); :meth:`TorchEngine.warmup` compiles the largest one ahead of time. The memory one more item costs
+is measured on a bucket's second run and kept beside the compile cache (:class:`MemoryNotes`), so a restarted
+worker fits its batch at once. Compiled code is kept in the persistent cache folder, so a restarted worker loads
+it instead of compiling again. If compiling fails the engine falls back to eager execution — with a warning, a
+count in :attr:`TorchEngine.stats` and a :class:`~workers.engines.base.Degradation` the job shows, never silently.
 
 Import this module only where torch may be imported: it is loaded lazily by
 :func:`workers.engines.loading.load_model`, in the process that runs tasks.
@@ -14,8 +18,10 @@ Import this module only where torch may be imported: it is loaded lazily by
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -37,19 +43,57 @@ logger = logging.getLogger(__name__)
 
 PRECISIONS: Mapping[Precision, torch.dtype] = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
+
+def conversion(precision: Precision) -> dict[str, torch.dtype]:
+    """How a model is converted for ``precision``: fp32 and fp16 compute everything in that type; bf16 is mixed,
+    convolutions and matrix products in bf16 and the rest in fp32 (as ``torch.autocast`` does), which keeps the
+    swapped faces above 35 dB PSNR of fp32's where all-bf16 fell below (tests/integration/test_face_engine_jobs.py)."""
+    if precision == "bf16":
+        return {"float_dtype": torch.float32, "matmul_dtype": torch.bfloat16}
+    return {"float_dtype": PRECISIONS[precision]}
+
+
 Compiled = Callable[..., tuple[torch.Tensor, ...]]
 Compiler = Callable[[torch.nn.Module, CompileMode], Compiled]
 """Turns the module into its compiled callable (a seam: tests pass one that fails)."""
 
-_RECOMPILE_LIMIT = 64  # buckets × engines per process share dynamo's per-code-object cache; 8 is too few
+# Every engine's module shares one forward code object, and dynamo counts its compiled entries per code object (and
+# in all): buckets × engines of a long-lived process (a worker serving several models, a test run) pass the
+# defaults (8, 256), and past them a fullgraph compile fails — the eager fallback, slower.
+_RECOMPILE_LIMIT, _ACCUMULATED_LIMIT = 512, 1024
+
+
+def raise_recompile_limits() -> None:
+    """Lift dynamo's recompile limits to what an engine needs (see ``_RECOMPILE_LIMIT``); called when compiling
+    and before each first call of a shape (something may have restored the defaults in between)."""
+    dynamo_config: Any = torch._dynamo.config
+    dynamo_config.recompile_limit = max(int(dynamo_config.recompile_limit), _RECOMPILE_LIMIT)
+    dynamo_config.accumulated_recompile_limit = max(int(dynamo_config.accumulated_recompile_limit), _ACCUMULATED_LIMIT)
 
 
 def compile_module(module: torch.nn.Module, mode: CompileMode) -> Compiled:
-    """``torch.compile`` as the engine uses it: one whole graph per bucket shape, no dynamic shapes."""
-    dynamo_config: Any = torch._dynamo.config
-    dynamo_config.recompile_limit = max(int(dynamo_config.recompile_limit), _RECOMPILE_LIMIT)
-    compiled: Compiled = torch.compile(module, mode=mode, fullgraph=True, dynamic=False)
+    """``torch.compile`` as the engine uses it: one whole graph per bucket shape, no dynamic shapes; on the CPU
+    with the Inductor options of :data:`CPU_OPTIONS`."""
+    raise_recompile_limits()
+    if _device_of(module).type != "cpu":
+        compiled: Compiled = torch.compile(module, mode=mode, fullgraph=True, dynamic=False)
+        return compiled
+    options: dict[str, Any] = {**CPU_OPTIONS, "max_autotune": mode == "max-autotune"}
+    compiled = torch.compile(module, options=options, fullgraph=True, dynamic=False)
     return compiled
+
+
+CPU_OPTIONS: Mapping[str, Any] = {}
+"""Inductor options on the CPU, each kept only where it measured faster on the full-size swapper at batch 8
+(benchmarks/face_swap_cpu.py ``--levers``, side by side, AVX-512 BF16 without AMX, 2 cores): ``freezing`` (weights
+folded and prepacked for oneDNN) measured 1.74× ONNX Runtime against 1.98× without it, ``cpp_wrapper`` 1.79× with
+a 50 % longer compile, ``max_autotune`` 1.79×: none paid, none is set. On AMX machines prepacking may pay (measure
+before adding it here)."""
+
+
+def _device_of(module: torch.nn.Module) -> torch.device:
+    tensor = next(module.buffers(), None)
+    return tensor.device if tensor is not None else torch.device("cpu")
 
 
 def use_compile_cache(folder: Path) -> Path:
@@ -73,18 +117,88 @@ def buckets(limit: int) -> tuple[int, ...]:
     return tuple(sizes if sizes[-1] == limit else [*sizes, limit])
 
 
+MAX_PADDING = 0.1
+"""The largest share of a call's items that may be padding (repeats of the last item, computed and thrown away)."""
+
+
+def plan_calls(count: int, sizes: Sequence[int], max_padding: float = MAX_PADDING) -> list[tuple[int, int]]:
+    """How ``count`` items go through buckets ``sizes``: ``(items, bucket)`` per call, in order.
+
+    Full calls of the largest bucket first; the rest goes in the smallest bucket that holds it if the padding is at
+    most ``max_padding`` of that bucket, else the largest bucket below it fills up and the remainder is planned the
+    same way. So no call computes more than ``max_padding`` padding, and the calls stay few.
+
+    Example::
+
+        plan_calls(42, (1, 2, 4, 8, 16, 32, 64)) == [(32, 32), (8, 8), (2, 2)]   # not one call of 64
+        plan_calls(15, (1, 2, 4, 8, 16)) == [(15, 16)]                          # 1 of 16 padded
+    """
+    largest, calls, left = sizes[-1], [], count
+    while left > 0:
+        if left >= largest:
+            calls.append((largest, largest))
+            left -= largest
+            continue
+        holds = next(size for size in sizes if size >= left)
+        if holds - left <= max_padding * holds:
+            calls.append((left, holds))
+            break
+        below = max(size for size in sizes if size < left)
+        calls.append((below, below))
+        left -= below
+    return calls
+
+
+class MemoryNotes:
+    """The measured per-item memory of models, kept in a JSON file beside the compile cache so that a restarted
+    worker fits its batch without measuring again. Keys name the model file and how it runs; writes replace the
+    file atomically (processes sharing the folder may race: the last write wins, each is a real measurement)."""
+
+    FILE_NAME = "swapfarm-memory.json"
+
+    def __init__(self, folder: Path) -> None:
+        self.path = folder / self.FILE_NAME
+
+    def get(self, key: str) -> int | None:
+        value = self._read().get(key)
+        return int(value) if isinstance(value, int) and value > 0 else None
+
+    def put(self, key: str, per_item_bytes: int) -> None:
+        notes = self._read()
+        notes[key] = per_item_bytes
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile("w", dir=self.path.parent, delete=False, suffix=".tmp") as handle:
+                json.dump(notes, handle, indent=1, sort_keys=True)
+            os.replace(handle.name, self.path)
+        except OSError as error:
+            logger.warning("cannot keep the measured memory in %s: %s", self.path, error)
+
+    def _read(self) -> dict[str, object]:
+        try:
+            loaded = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return {}
+        return loaded if isinstance(loaded, dict) else {}
+
+
 @dataclass
 class EngineStats:
     """Counters of one engine, for logs and metrics."""
 
     compiles: int = 0
-    """Buckets compiled (first calls of a compiled shape)."""
+    """Buckets compiled (first calls of a compiled shape; from the compile cache, if it has them)."""
     compile_seconds: float = 0.0
     """Wall time of those first calls."""
     eager_fallbacks: int = 0
     """Times compiling failed and the engine switched to eager execution (0 or 1)."""
     fallback_reason: str | None = None
     warmed_buckets: list[int] = field(default_factory=list)
+    """Buckets compiled ahead of use by :meth:`TorchEngine.warmup`."""
+    padded_items: int = 0
+    """Items computed only to fill a bucket (repeats, thrown away)."""
+    computed_items: int = 0
+    """Items computed in all, padding included."""
 
 
 class TorchEngine:
@@ -100,6 +214,7 @@ class TorchEngine:
         safety: share of free memory a batch may plan to use.
         compiler: how to compile (default :func:`compile_module`).
         spatial_size: fills dynamic non-batch dimensions of inputs for :meth:`warmup`.
+        notes: where measured per-item memory is kept between processes, under ``notes_key``.
     """
 
     def __init__(
@@ -114,9 +229,11 @@ class TorchEngine:
         safety: float = 0.8,
         compiler: Compiler = compile_module,
         spatial_size: int | None = None,
+        notes: MemoryNotes | None = None,
+        notes_key: str = "",
     ) -> None:
         self._device = torch.device(device)
-        self._dtype = PRECISIONS[precision]
+        self._dtype = conversion(precision)["float_dtype"]  # what inputs are fed as
         self._module = module.to(self._device)
         self._inputs: tuple[TensorSpec, ...] = module.inputs
         self._outputs: tuple[TensorSpec, ...] = module.outputs
@@ -130,6 +247,11 @@ class TorchEngine:
         self._seen: set[tuple[int, ...]] = set()
         self.stats = EngineStats()
         self.per_item_bytes: int | None = None
+        self.on_measured: Callable[[int], None] | None = None
+        """Called with the per-item memory when it is measured (the loader updates its batch sizing)."""
+        self._notes, self._notes_key = notes, notes_key
+        self._runs: dict[int, int] = {}  # bucket → calls so far
+        self._peaks: dict[int, int] = {}  # bucket → measured peak of its second call
         self._forward: Compiled = self._module
         self._graphs = self._device.type == "cuda" and mode in {"reduce-overhead", "max-autotune"}
         if mode != "eager":
@@ -159,11 +281,12 @@ class TorchEngine:
         """
         folder = use_compile_cache(cache_dir)
         started = time.perf_counter()
-        module = convert(path, float_dtype=PRECISIONS[precision])
+        module = convert(path, **conversion(precision))
         logger.info(
             "model %s on torch %s (%s, %s, buckets up to %d, compile cache %s); converted in %.1fs",
             path.name, device, precision, mode, max_batch, folder, time.perf_counter() - started,
         )  # fmt: skip
+        stat = path.stat()
         return cls(
             module,
             device=device,
@@ -173,6 +296,8 @@ class TorchEngine:
             memory=memory,
             safety=safety,
             spatial_size=spatial_size,
+            notes=MemoryNotes(folder),
+            notes_key=f"{path.name}:{stat.st_size}:{stat.st_mtime_ns}:{device}:{precision}:{mode}:{torch.__version__}",
         )
 
     @property
@@ -222,44 +347,49 @@ class TorchEngine:
                 return self._numpy([output.to("cpu") for output in self._call(tensors)])
             count = counts.pop()
             parts: list[list[torch.Tensor]] = [[] for _ in self._outputs]
-            for start in range(0, count, self.max_batch):
-                size = min(self.max_batch, count - start)
-                bucket = next(b for b in self._buckets if b >= size)
+            start = 0
+            for size, bucket in plan_calls(count, self._buckets):
                 batch = [
                     self._pad(tensor[start : start + size], bucket) if spec.batched else tensor
                     for tensor, spec in zip(tensors, self._inputs, strict=True)
                 ]
-                for part, output, spec in zip(parts, self._call(batch), self._outputs, strict=True):
+                for part, output, spec in zip(parts, self._call(batch, bucket), self._outputs, strict=True):
                     # To the host now: CUDA-graph replays reuse their output buffers on the next call.
                     part.append((output[:size] if spec.batched else output).to("cpu"))
+                self.stats.padded_items += bucket - size
+                self.stats.computed_items += bucket
+                start += size
         joined = [torch.cat(part) if spec.batched else part[0] for part, spec in zip(parts, self._outputs, strict=True)]
         return self._numpy(joined)
 
-    def warmup(self) -> None:
-        """Compile and run every bucket once, smallest first, measuring the memory one more item costs.
+    def prepare(self) -> None:
+        """Fit the buckets to free memory from the per-item memory a previous process measured, if one did; else
+        it is measured on the second run of the first bucket used. Compiles nothing."""
+        known = self._notes.get(self._notes_key) if self._notes is not None else None
+        if known is not None:
+            self.per_item_bytes = known
+            self._fit()
+            logger.info("per-item memory %s (measured before, kept in %s)", _size(known), self._notes_path())
 
-        After the first two buckets the per-item peak is known; the buckets are then cut to the largest power
-        of two that fits in the free memory × safety (see :func:`~workers.engines.memory.fitted_batch`)
-        before the larger ones are compiled.
-        """
+    def warmup(self) -> None:
+        """Compile the largest bucket — the one a busy worker runs — and run it twice, measuring the memory one
+        more item costs (then fitting the buckets to free memory). Other buckets compile when first used."""
         if any(self._concrete(spec) is None for spec in self._inputs):
             logger.debug("warmup skipped: dynamic input sizes and no spatial_size given")
             return
-        peaks: dict[int, int] = {}
-        for bucket in self._buckets:
-            if bucket not in self._buckets:  # cut by the fit below
-                break
-            peaks[bucket] = self._measure(bucket)
-            self.stats.warmed_buckets.append(bucket)
-            if len(peaks) == 2 or (len(peaks) == 1 and len(self._buckets) == 1):
-                self.per_item_bytes = _per_item(peaks)
-                self._fit()
-            elif len(peaks) > 2:
-                self.per_item_bytes = max(self.per_item_bytes or 0, _per_item(peaks))
+        bucket = self._buckets[-1]
+        for _ in range(2 if self.per_item_bytes is None else 1):
+            zeros = [
+                np.zeros((bucket, *shape[1:]) if spec.batched else shape, numpy_dtype(spec.elem_type))
+                for spec in self._inputs
+                if (shape := self._concrete(spec)) is not None
+            ]
+            with self._lock, torch.inference_mode():
+                self._call([self._tensor(array) for array in zeros], bucket)
+        self.stats.warmed_buckets.append(bucket)
         logger.info(
-            "warm: buckets %s, %s per item, %d compiles in %.1fs (mode %s)",
-            list(self._buckets), _size(self.per_item_bytes), self.stats.compiles, self.stats.compile_seconds,
-            self.mode,
+            "warm: bucket %d compiled, %s per item, %d compiles in %.1fs (mode %s)",
+            bucket, _size(self.per_item_bytes), self.stats.compiles, self.stats.compile_seconds, self.mode,
         )  # fmt: skip
 
     def _fit(self) -> None:
@@ -271,20 +401,22 @@ class TorchEngine:
                         _size(self.per_item_bytes))  # fmt: skip
             self._buckets = tuple(b for b in self._buckets if b <= fitted)
 
-    def _measure(self, bucket: int) -> int:
-        zeros = [
-            np.zeros((bucket, *shape[1:]) if spec.batched else shape, numpy_dtype(spec.elem_type))
-            for spec in self._inputs
-            if (shape := self._concrete(spec)) is not None
-        ]
-        self.memory.release()
-        self.memory.reset_peak()
-        base = self.memory.used_bytes()
-        with self._lock, torch.inference_mode():
-            self._call([self._tensor(array) for array in zeros])
-        if self._device.type == "cuda":
-            torch.cuda.synchronize(self._device)
-        return max(0, self.memory.peak_bytes() - base)
+    def _measured(self, bucket: int, peak: int) -> None:
+        """A bucket's second run peaked at ``peak`` bytes above its start: update the per-item memory, keep it
+        for the next process, refit."""
+        self._peaks[bucket] = peak
+        per_item = _per_item(self._peaks)
+        if per_item <= 0 or per_item == self.per_item_bytes:
+            return
+        self.per_item_bytes = max(per_item, self.per_item_bytes or 0) if len(self._peaks) > 1 else per_item
+        if self._notes is not None:
+            self._notes.put(self._notes_key, self.per_item_bytes)
+        self._fit()
+        if self.on_measured is not None:
+            self.on_measured(self.per_item_bytes)
+
+    def _notes_path(self) -> Path | None:
+        return self._notes.path if self._notes is not None else None
 
     def _concrete(self, spec: TensorSpec) -> tuple[int, ...] | None:
         sizes = [
@@ -311,9 +443,17 @@ class TorchEngine:
             for output, spec in zip(outputs, self._outputs, strict=True)
         ]
 
-    def _call(self, tensors: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+    def _call(self, tensors: Sequence[torch.Tensor], bucket: int = 0) -> tuple[torch.Tensor, ...]:
         shape = tuple(int(t.shape[0]) if t.dim() else 0 for t in tensors)
         first = self._forward is not self._module and shape not in self._seen
+        self._runs[bucket] = runs = self._runs.get(bucket, 0) + 1
+        measure = bucket > 0 and runs == 2 and bucket not in self._peaks  # the first run's peak is the compiler's
+        if measure:
+            self.memory.release()
+            self.memory.reset_peak()
+            base = self.memory.used_bytes()
+        if first:
+            raise_recompile_limits()
         started = time.perf_counter()
         if self._graphs:  # the previous call's outputs are consumed: its CUDA-graph buffers may be reused
             compiler: Any = torch.compiler  # untyped in torch
@@ -330,6 +470,11 @@ class TorchEngine:
             self._seen.add(shape)
             self.stats.compiles += 1
             self.stats.compile_seconds += time.perf_counter() - started
+            logger.info("compiled batch %d in %.1fs", bucket or shape[0], time.perf_counter() - started)
+        if measure:
+            if self._device.type == "cuda":
+                torch.cuda.synchronize(self._device)
+            self._measured(bucket, max(0, self.memory.peak_bytes() - base))
         return outputs
 
     def _fall_back(self, error: BaseException) -> None:
@@ -345,7 +490,7 @@ class TorchEngine:
 
 def _per_item(peaks: Mapping[int, int]) -> int:
     """The memory one more item costs: the slope between the smallest and largest measured buckets, or the one
-    bucket's peak divided by its size."""
+    bucket's peak divided by its size (an overestimate: it counts what the call costs at any size too)."""
     sizes = sorted(peaks)
     if len(sizes) == 1:
         return peaks[sizes[0]] // sizes[0]

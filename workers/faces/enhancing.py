@@ -19,9 +19,9 @@ import numpy.typing as npt
 from shared.errors import ModelError
 from shared.options import Enhancer
 from shared.settings import Settings
-from workers.engines.base import Engine
+from workers.engines.base import Degradation, Engine
 from workers.engines.batching import FittedBatches, Indices, run_in_batches
-from workers.engines.loading import load_model
+from workers.engines.loading import LoadedModel, load_model
 from workers.faces.tensors import CropFormat, Crops
 from workers.models.download import resolve
 from workers.models.registry import REGISTRY, ModelSpec, TemplateName
@@ -67,6 +67,7 @@ class FaceEnhancer:
         *,
         fixed_batch: int | None = None,
         batches: FittedBatches | None = None,
+        loaded: LoadedModel | None = None,
     ) -> None:
         """``fixed_batch`` is the batch size the model is fixed to, ``None`` if its batch is dynamic;
         ``batches`` how many crops a caller should pass per :meth:`enhance` (fitted to memory by the loader).
@@ -83,6 +84,7 @@ class FaceEnhancer:
         self._engine = engine
         self._fixed_batch = fixed_batch
         self.batches = batches
+        self._loaded = loaded
         self._format = CropFormat.of(spec.model)
 
     @classmethod
@@ -97,7 +99,7 @@ class FaceEnhancer:
         loaded = load_model(path, settings, name=spec.model.name, batch_input=spec.image_input)
         if loaded.fixed_batch is not None:
             logger.info("enhancer %s takes %s face(s) per call; larger batches are split", name, loaded.fixed_batch)
-        return cls(spec, loaded.engine, fixed_batch=loaded.fixed_batch, batches=loaded.batches)
+        return cls(spec, loaded.engine, fixed_batch=loaded.fixed_batch, batches=loaded.batches, loaded=loaded)
 
     @property
     def name(self) -> str:
@@ -108,6 +110,10 @@ class FaceEnhancer:
     def engine(self) -> Engine:
         """The engine that runs the model (for ``warmup``)."""
         return self._engine
+
+    def degradations(self) -> list[Degradation]:
+        """The slower paths the model is on (another engine than chosen, uncompiled), if it was loaded here."""
+        return self._loaded.degradations() if self._loaded is not None else []
 
     @property
     def template(self) -> TemplateName:

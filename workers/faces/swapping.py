@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from types import MappingProxyType
 from typing import Literal, Protocol
@@ -27,9 +28,9 @@ import numpy.typing as npt
 from shared.errors import ModelError
 from shared.options import Swapper
 from shared.settings import Settings
-from workers.engines.base import Engine
+from workers.engines.base import Degradation, Engine
 from workers.engines.batching import FittedBatches, Indices, run_in_batches
-from workers.engines.loading import load_model
+from workers.engines.loading import LoadedModel, load_model
 from workers.engines.onnx import OnnxEngine
 from workers.faces.tensors import CropFormat, Crops
 from workers.models.download import resolve
@@ -113,18 +114,24 @@ class Converted:
 
 
 def read_emap(path: Path) -> npt.NDArray[np.float32]:
-    """The ``[512, 512]`` emap of an inswapper file: its last initializer.
+    """The ``[512, 512]`` emap of an inswapper file: its last initializer (read once per process and file).
 
     Raises:
         ModelError: the last initializer is not ``[512, 512]``.
     """
+    resolved = path.resolve()
+    return _read_emap(str(resolved), resolved.stat().st_mtime_ns).copy()
+
+
+@cache
+def _read_emap(path: str, mtime_ns: int) -> npt.NDArray[np.float32]:
     import onnx
     from onnx import numpy_helper
 
-    model = onnx.load(str(path))
+    model = onnx.load(path)
     emap = np.asarray(numpy_helper.to_array(model.graph.initializer[-1]), np.float32)
     if emap.shape != (EMBEDDING_SIZE, EMBEDDING_SIZE):
-        raise ModelError(f"{path.name}: last initializer is {list(emap.shape)}, not an emap [512, 512]")
+        raise ModelError(f"{Path(path).name}: last initializer is {list(emap.shape)}, not an emap [512, 512]")
     return emap
 
 
@@ -169,6 +176,7 @@ class FaceSwapper:
         *,
         fixed_batch: int | None = None,
         batches: FittedBatches | None = None,
+        loaded: LoadedModel | None = None,
     ) -> None:
         """``fixed_batch`` is the batch size the model is fixed to, ``None`` if its batch is dynamic;
         ``batches`` how many crops a caller should pass per :meth:`swap` (fitted to memory by the loader).
@@ -185,6 +193,7 @@ class FaceSwapper:
         self._latent = latent
         self._fixed_batch = fixed_batch
         self.batches = batches
+        self._loaded = loaded
         self._format = CropFormat.of(spec.model)
 
     @classmethod
@@ -200,7 +209,7 @@ class FaceSwapper:
         if loaded.fixed_batch is not None:
             logger.info("swapper %s takes %s face(s) per call; larger batches are split", name, loaded.fixed_batch)
         latent = _LATENT_LOADERS[spec.latent](spec, path, settings)
-        return cls(spec, loaded.engine, latent, fixed_batch=loaded.fixed_batch, batches=loaded.batches)
+        return cls(spec, loaded.engine, latent, fixed_batch=loaded.fixed_batch, batches=loaded.batches, loaded=loaded)
 
     @property
     def name(self) -> str:
@@ -211,6 +220,10 @@ class FaceSwapper:
     def engine(self) -> Engine:
         """The engine that runs the model (for ``warmup``)."""
         return self._engine
+
+    def degradations(self) -> list[Degradation]:
+        """The slower paths the model is on (another engine than chosen, uncompiled), if it was loaded here."""
+        return self._loaded.degradations() if self._loaded is not None else []
 
     @property
     def template(self) -> TemplateName:

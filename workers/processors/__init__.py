@@ -7,6 +7,6 @@ from workers.processors import (  # noqa: F401  (registers)
     face_swapper,
     passthrough,
 )
-from workers.processors.base import FrameBatch, Processor, ProcessorContext, build, register, registered
+from workers.processors.base import FrameBatch, Processor, ProcessorContext, Work, build, register, registered
 
-__all__ = ["FrameBatch", "Processor", "ProcessorContext", "build", "register", "registered"]
+__all__ = ["FrameBatch", "Processor", "ProcessorContext", "Work", "build", "register", "registered"]

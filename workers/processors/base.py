@@ -2,23 +2,84 @@
 
 A processor is built once per chunk by its registered factory (models are cached per process by the engine
 layer, so building is cheap after the first time) and then sees the chunk's frames batch by batch.
+
+A face processor also splits its work into :data:`Stage` steps (select and align, run the model, paste back) that
+the render pipeline (:mod:`workers.pipeline`) runs on threads of their own, so the model never waits on Python or
+I/O; faces are detected once per frame for the whole chain, on the frames as decoded (:class:`Work`).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from shared.options import JobOptions, ProcessorName
 from shared.settings import Settings
+from workers.engines.base import Degradation
+
+if TYPE_CHECKING:
+    from workers.faces.detection import Face, FaceDetector
+    from workers.processors.targeting import FaceTargeter
+
+logger = logging.getLogger(__name__)
 
 # A batch of frames: uint8, shape [N, H, W, 3], BGR (OpenCV's order), as ffmpeg's bgr24 pipe gives it.
 FrameBatch = npt.NDArray[np.uint8]
+
+
+@dataclass
+class Work:
+    """One batch of frames on its way through a chain's stages.
+
+    Attributes:
+        frames: the frames, as the last stage left them.
+        faces: every face detected in each frame as decoded (one detection for the whole chain).
+        targets: the faces the job's selector mode picks among them, per frame.
+        state: what a processor's stage hands its next stage (aligned crops, model outputs).
+    """
+
+    frames: FrameBatch
+    faces: list[list[Face]] | None = None
+    targets: list[list[Face]] | None = None
+    state: object = None
+
+
+Stage = Callable[[Work], Work]
+"""One step of a processor, run on its own thread by the pipeline."""
+
+
+class Staged(Protocol):
+    """A processor whose work the pipeline can overlap: its :meth:`stages` after the chain's face detection.
+
+    ``detector`` finds the faces; ``targeter`` (``None`` for processors that take every face) selects among them.
+    """
+
+    detector: FaceDetector
+    targeter: FaceTargeter | None
+
+    def stages(self) -> Sequence[Stage]: ...
+
+
+class Reporter:
+    """Reports each new :class:`~workers.engines.base.Degradation` of some models once: when built, and after
+    every batch (a compile that fails does so on its first batch)."""
+
+    def __init__(self, report: Report, *sources: Callable[[], list[Degradation]]) -> None:
+        self._report, self._sources, self._seen = report, sources, set[Degradation]()
+        self.check()
+
+    def check(self) -> None:
+        for source in self._sources:
+            for degradation in source():
+                if degradation not in self._seen:
+                    self._seen.add(degradation)
+                    self._report(degradation)
 
 
 class Processor(Protocol):
@@ -33,13 +94,24 @@ class Processor(Protocol):
         ...
 
 
+Report = Callable[[Degradation], None]
+"""Where a processor reports a slower path its models took (the render step makes it a job event)."""
+
+
+def _log_only(degradation: Degradation) -> None:
+    logger.warning("%s: %s", degradation.kind, degradation.message)
+
+
 @dataclass(frozen=True)
 class ProcessorContext:
-    """What a processor factory may use: the job's options, its source images (local files), the settings."""
+    """What a processor factory may use: the job's options, its source images (local files), the settings, and
+    ``report``: where to report a :class:`~workers.engines.base.Degradation` of its models (at build time and
+    whenever one appears later, e.g. a compile that fails on the first batch)."""
 
     options: JobOptions
     sources: Sequence[Path]
     settings: Settings
+    report: Report = _log_only
 
 
 ProcessorFactory = Callable[[ProcessorContext], Processor]

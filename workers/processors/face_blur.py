@@ -13,7 +13,8 @@ import numpy as np
 import numpy.typing as npt
 
 from workers.faces.detection import Face, FaceDetector
-from workers.processors.base import FrameBatch, ProcessorContext, register
+from workers.processors.base import FrameBatch, ProcessorContext, Stage, Work, register
+from workers.processors.targeting import FaceTargeter
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +60,8 @@ class FaceBlurProcessor:
         strength: the blur kernel relative to the face size (0–1).
     """
 
+    targeter: FaceTargeter | None = None  # every detected face, whatever the selector mode
+
     def __init__(self, detector: FaceDetector, *, strength: float = 0.5) -> None:
         self.detector = detector
         self.strength = strength
@@ -72,11 +75,19 @@ class FaceBlurProcessor:
 
     def process(self, frames: FrameBatch) -> FrameBatch:
         """The frames with every detected face blurred."""
-        faces_per_frame = self.detector.detect(frames)
-        output = np.empty_like(frames)
-        for index, (frame, faces) in enumerate(zip(frames, faces_per_frame, strict=True)):
+        return self._apply(Work(frames, self.detector.detect(frames))).frames
+
+    def stages(self) -> tuple[Stage, ...]:
+        """One stage after the chain's detection: every detected face."""
+        return (self._apply,)
+
+    def _apply(self, work: Work) -> Work:
+        assert work.faces is not None
+        output = np.empty_like(work.frames)
+        for index, (frame, faces) in enumerate(zip(work.frames, work.faces, strict=True)):
             output[index] = blur_faces(frame, faces, self.strength) if faces else frame
-        return output
+        work.frames = output
+        return work
 
 
 @register("face_blur")

@@ -1,7 +1,8 @@
 """``face_enhancer``: restores the selected faces of every frame with a face-restoration model.
 
-Per batch of frames: detect, select, align every selected face of the whole batch onto the enhancer's
-template, enhance them ``settings.batch_size`` faces per engine call, and paste them back.
+Per batch of frames: detect (shared with the rest of the chain: after a swapper, the faces found on the decoded
+frames), select, align every selected face of the whole batch onto the enhancer's template, enhance them in
+batches fitted to memory, and paste them back — stages the render pipeline overlaps (:meth:`stages`).
 ``enhancer_blend`` (0–100) is how much of the enhanced face shows, as FaceFusion's ``face_enhancer_blend``:
 it scales the feathered box mask.
 """
@@ -17,11 +18,11 @@ import numpy.typing as npt
 from shared.errors import InvalidOptionsError
 from workers.engines.batching import FittedBatches
 from workers.faces.alignment import box_mask
-from workers.faces.cropping import gather_crops, paste_crops
+from workers.faces.cropping import FaceCrops, gather_crops, paste_crops
 from workers.faces.detection import FaceDetector
 from workers.faces.enhancing import FaceEnhancer
 from workers.faces.recognition import FaceEmbedder
-from workers.processors.base import FrameBatch, ProcessorContext, register
+from workers.processors.base import FrameBatch, ProcessorContext, Reporter, Stage, Work, register
 from workers.processors.targeting import FaceTargeter
 
 logger = logging.getLogger(__name__)
@@ -53,9 +54,12 @@ class FaceEnhancerProcessor:
         batches: FittedBatches | None = None,
         mask_blur: float = 0.3,
         mask_padding: Sequence[int] = (0, 0, 0, 0),
+        reporter: Reporter | None = None,
     ) -> None:
         self.enhancer = enhancer
-        self.targeter = targeter
+        self.targeter: FaceTargeter | None = targeter
+        self.detector = targeter.detector
+        self._reporter = reporter
         self.weight = weight
         self.batches = batches or FittedBatches(batch_size)
         self.mask: FloatArray = box_mask(enhancer.size, mask_blur, mask_padding) * np.float32(blend / 100)
@@ -91,17 +95,43 @@ class FaceEnhancerProcessor:
             batches=enhancer.batches,
             mask_blur=face.mask_blur,
             mask_padding=face.mask_padding,
+            reporter=Reporter(context.report, enhancer.degradations),
         )
 
     def process(self, frames: FrameBatch) -> FrameBatch:
         """The frames with every targeted face enhanced."""
-        targets = self.targeter.targets(frames)
-        faces = gather_crops(frames, targets, self.enhancer.template, self.enhancer.size)
-        if len(faces) == 0:
-            return frames
-        enhanced = self.batches.map(faces.crops, lambda crops: self.enhancer.enhance(crops, self.weight))
-        logger.debug("enhanced %s faces in %s frames", len(faces), len(frames))
-        return paste_crops(frames, faces, enhanced, self.mask)
+        faces = self.detector.detect(frames)
+        work = Work(frames, faces, self.targeter.select(frames, faces) if self.targeter else faces)
+        for stage in self.stages():
+            work = stage(work)
+        return work.frames
+
+    def stages(self) -> tuple[Stage, ...]:
+        """Align the targeted faces, enhance them, paste them back (after the chain's detection)."""
+        return self._align, self._enhance, self._paste
+
+    def _align(self, work: Work) -> Work:
+        assert work.targets is not None
+        work.state = gather_crops(work.frames, work.targets, self.enhancer.template, self.enhancer.size)
+        return work
+
+    def _enhance(self, work: Work) -> Work:
+        faces = work.state
+        assert isinstance(faces, FaceCrops)
+        if len(faces):
+            enhanced = self.batches.map(faces.crops, lambda crops: self.enhancer.enhance(crops, self.weight))
+            work.state = faces, enhanced
+            logger.debug("enhanced %s faces in %s frames", len(faces), len(work.frames))
+        if self._reporter is not None:
+            self._reporter.check()
+        return work
+
+    def _paste(self, work: Work) -> Work:
+        if isinstance(work.state, tuple):
+            faces, enhanced = work.state
+            work.frames = paste_crops(work.frames, faces, enhanced, self.mask)
+        work.state = None
+        return work
 
 
 @register("face_enhancer")

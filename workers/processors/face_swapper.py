@@ -1,8 +1,9 @@
 """``face_swapper``: puts the source identity on the selected faces of every frame.
 
-Per batch of frames: detect (one detector call per frame), select, align every selected face of the whole
-batch onto the swapper's template, swap them ``settings.batch_size`` faces per engine call, and paste them
-back with a feathered box mask. The source identity is computed once, when the processor is built (see
+Per batch of frames: detect (one detector call per frame, shared with the rest of the chain), select, align every
+selected face of the whole batch onto the swapper's template, swap them in batches fitted to memory, and paste
+them back with a feathered box mask — three stages the render pipeline overlaps (:meth:`stages`). The source
+identity is computed once, when the processor is built (see
 :mod:`workers.processors.targeting` for which source images count as identity and which as reference).
 """
 
@@ -17,11 +18,11 @@ import numpy.typing as npt
 from shared.errors import InvalidOptionsError
 from workers.engines.batching import FittedBatches
 from workers.faces.alignment import box_mask
-from workers.faces.cropping import gather_crops, paste_crops
+from workers.faces.cropping import FaceCrops, gather_crops, paste_crops
 from workers.faces.detection import FaceDetector
 from workers.faces.recognition import FaceEmbedder, source_identity
 from workers.faces.swapping import FaceSwapper, Latent
-from workers.processors.base import FrameBatch, ProcessorContext, register
+from workers.processors.base import FrameBatch, ProcessorContext, Reporter, Stage, Work, register
 from workers.processors.targeting import FaceTargeter, identity_sources
 
 logger = logging.getLogger(__name__)
@@ -51,9 +52,12 @@ class FaceSwapperProcessor:
         batches: FittedBatches | None = None,
         mask_blur: float = 0.3,
         mask_padding: Sequence[int] = (0, 0, 0, 0),
+        reporter: Reporter | None = None,
     ) -> None:
         self.swapper = swapper
-        self.targeter = targeter
+        self.targeter: FaceTargeter | None = targeter
+        self.detector = targeter.detector
+        self._reporter = reporter
         self.batches = batches or FittedBatches(batch_size)
         self.latent: Latent = swapper.source_latent(np.asarray(identity, dtype=np.float32).reshape(1, -1))
         self.mask = box_mask(swapper.size, mask_blur, mask_padding)
@@ -94,17 +98,43 @@ class FaceSwapperProcessor:
             batches=swapper.batches,
             mask_blur=face.mask_blur,
             mask_padding=face.mask_padding,
+            reporter=Reporter(context.report, swapper.degradations),
         )
 
     def process(self, frames: FrameBatch) -> FrameBatch:
         """The frames with every targeted face swapped."""
-        targets = self.targeter.targets(frames)
-        faces = gather_crops(frames, targets, self.swapper.template, self.swapper.size)
-        if len(faces) == 0:
-            return frames
-        swapped = self.batches.map(faces.crops, lambda crops: self.swapper.swap(crops, self.latent))
-        logger.debug("swapped %s faces in %s frames", len(faces), len(frames))
-        return paste_crops(frames, faces, swapped, self.mask)
+        faces = self.detector.detect(frames)
+        work = Work(frames, faces, self.targeter.select(frames, faces) if self.targeter else faces)
+        for stage in self.stages():
+            work = stage(work)
+        return work.frames
+
+    def stages(self) -> tuple[Stage, ...]:
+        """Align the targeted faces, swap them, paste them back (after the chain's detection)."""
+        return self._align, self._swap, self._paste
+
+    def _align(self, work: Work) -> Work:
+        assert work.targets is not None
+        work.state = gather_crops(work.frames, work.targets, self.swapper.template, self.swapper.size)
+        return work
+
+    def _swap(self, work: Work) -> Work:
+        faces = work.state
+        assert isinstance(faces, FaceCrops)
+        if len(faces):
+            swapped = self.batches.map(faces.crops, lambda crops: self.swapper.swap(crops, self.latent))
+            work.state = faces, swapped
+            logger.debug("swapped %s faces in %s frames", len(faces), len(work.frames))
+        if self._reporter is not None:
+            self._reporter.check()
+        return work
+
+    def _paste(self, work: Work) -> Work:
+        if isinstance(work.state, tuple):
+            faces, swapped = work.state
+            work.frames = paste_crops(work.frames, faces, swapped, self.mask)
+        work.state = None
+        return work
 
 
 @register("face_swapper")

@@ -117,9 +117,12 @@ class FaceTargeter:
 
     def targets(self, frames: Frames | Sequence[Frames]) -> list[list[Face]]:
         """The selected faces of each frame, one list per frame, in order."""
-        detected = self.detector.detect(frames)
+        return self.select(frames, self.detector.detect(frames))
+
+    def select(self, frames: Frames | Sequence[Frames], detected: Sequence[list[Face]]) -> list[list[Face]]:
+        """The faces the selector mode picks among ``detected`` (one list per frame of ``frames``)."""
         if self.mode == "reference" and self.embedder is not None:
-            detected = self.embedder.embed_frames(frames, detected)
+            detected = self.embedder.embed_frames(frames, list(detected))
         return [
             select_faces(faces, self.mode, reference=self.reference, max_distance=self.max_distance)
             for faces in detected

@@ -1,0 +1,299 @@
+"""The face-swap job on the CPU: default settings against the ONNX Runtime fp32 baseline, side by side in one run.
+
+Every run is a fresh process running ``swapfarm run --workers 1`` on the job (the real YuNet, an ArcFace replica and
+the full-size inswapper_128 replica, ≈174.6 GMAC per face): the baseline (``SWAPFARM_ENGINE=onnxruntime``, what
+FaceFusion runs) and the default settings (``auto``), the latter (a) with an empty compile cache and (b) with the
+cache the first run left. Printed per run: fps over the whole job (model loading and compiling included), the
+ratio to the baseline of the same clip, the process's peak RSS, the time to the first output frame, the engine,
+and the share of faces computed only as batch padding. Clips: the first ``--frames`` frames of d18.mp4 (one face),
+the first ``--crowd-frames`` of crowd_1080p.mp4 (about five faces a frame), and d18 again with a replica written by
+``torch.onnx.export`` from a module with ``ReflectionPad2d`` (tests/support/replicas.py ``exported_inswapper``).
+
+``--memory`` compares the peak RSS of the default settings on a tenth of d18 and on all of it. ``--levers`` instead
+measures what each engine setting gives the swapper alone (batch 8, the same faces, rounds
+alternating between configurations): torch fp32 vs bf16, Inductor freezing, ``cpp_wrapper``, ``max-autotune``.
+
+    .venv/bin/python -m benchmarks.face_swap_cpu [--frames 48] [--crowd-frames 8] [--data ../shared/data]
+    .venv/bin/python -m benchmarks.face_swap_cpu --levers
+    .venv/bin/python -m benchmarks.face_swap_cpu --memory    # peak RSS, 21 vs 216 frames of d18: flat in length
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "var" / "bench" / "face-swap-cpu"
+DATA = ROOT.parent / "shared" / "data"
+
+
+def _load() -> str:
+    return os.getloadavg().__repr__()
+
+
+def prepare(data: Path, frames: int, crowd_frames: int) -> dict[str, Path]:
+    """Models (written once) and clips under var/bench/face-swap-cpu."""
+    from tests.support.replicas import arcface_w600k_r50, exported_inswapper, install_replica, inswapper_128
+
+    models, exported = BENCH / "models", BENCH / "models-exported"
+    for folder in (models, exported):
+        folder.mkdir(parents=True, exist_ok=True)
+        shutil.copy(data / "models" / "yunet_2023mar.onnx", folder / "yunet_2023_mar.onnx")
+        install_replica(arcface_w600k_r50(), "arcface_w600k_r50", folder)
+    if not (models / "inswapper_128.onnx").exists():
+        print("building the full-size inswapper replica (once) …", flush=True)
+        install_replica(inswapper_128(width=1.0), "inswapper_128", models)
+    if not (exported / "inswapper_128.onnx").exists():
+        print("exporting the full-size ReflectionPad2d replica with torch.onnx.export (once) …", flush=True)
+        install_replica(exported_inswapper(width=1.0), "inswapper_128", exported)
+    clips = {"d18": (data / "media" / "d18.mp4", frames), "crowd": (data / "media" / "crowd_1080p.mp4", crowd_frames)}
+    paths = {"models": models, "exported": exported}
+    for name, (source, count) in clips.items():
+        path = BENCH / f"{name}-{count}.mp4"
+        if not path.exists():
+            subprocess.run(
+                ["ffmpeg", "-v", "error", "-y", "-i", str(source), "-frames:v", str(count), "-c:v", "libx264",
+                 "-crf", "16", "-preset", "veryfast", "-c:a", "aac", str(path)],
+                check=True,
+            )  # fmt: skip
+        paths[name] = path
+    return paths
+
+
+def child(spec: dict[str, Any]) -> None:
+    """One job in this (fresh) process; prints one JSON line of results."""
+    import logging
+
+    from shared.options import JobOptions
+    from tests.support.replicas import replica_settings
+    from workers.embedded import run_local
+    from workers.engines.capability import probe_cpu
+
+    logging.basicConfig(level=logging.WARNING)
+    if spec.get("sequential"):  # the overlap lever, off: every stage of a batch on one thread, one batch at a time
+        from workers import rendering
+
+        def in_sequence(batches: Any, stages: Any, sink: Any, **_: Any) -> None:
+            from workers.processors import Work
+
+            for batch in batches:
+                work = Work(batch)
+                for stage in stages:
+                    work = stage(work)
+                sink(work.frames)
+
+        rendering.run_stages = in_sequence  # type: ignore[assignment]  # a benchmark's switch, not the product's
+    spec["precision"] = spec["settings"].get("torch_precision", "bf16" if probe_cpu().native_bf16 else "fp32")
+    settings = replica_settings(
+        Path(spec["models"]),
+        work_dir=Path(spec["work"]),
+        heartbeat_seconds=0.5,
+        torch_compile_cache_dir=Path(spec["cache"]),
+        **({"engine": "auto"} | spec["settings"]),  # the default settings, unless the run says otherwise
+    )
+    options = JobOptions.model_validate(
+        {"processors": ["face_swapper"], "face": {"swapper": "inswapper_128"}, "encoder": {"quality": 90}}
+    )
+    first: list[float] = []
+    started = time.perf_counter()
+
+    def progress(done: int, total: int | None) -> None:
+        if done and not first:
+            first.append(time.perf_counter() - started)
+
+    result = run_local(
+        target=Path(spec["clip"]), sources=[Path(spec["source"])], output=Path(spec["work"]) / "out.mp4",
+        options=options, workers=1, settings=settings, on_progress=progress,
+    )  # fmt: skip
+    seconds = time.perf_counter() - started
+    assert result.status == "succeeded", result
+    from workers.engines.loading import loaded_models
+
+    engine, padded, computed = "onnxruntime fp32", 0, 0
+    for loaded in loaded_models():
+        stats = getattr(loaded.engine, "stats", None)
+        if stats is not None:
+            engine = f"torch {spec['precision']}" if loaded.fallback is None else "onnxruntime (fallback)"
+            padded, computed = stats.padded_items, stats.computed_items
+    print(json.dumps({
+        "fps": (result.frames_total or 0) / seconds, "seconds": seconds, "first_frame": first[0] if first else None,
+        "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "engine": engine,
+        "padding": padded / computed if computed else 0.0,
+    }))  # fmt: skip
+
+
+def run(label: str, spec: dict[str, Any]) -> dict[str, Any]:
+    work = BENCH / "work" / label.replace(" ", "-")
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    spec = {**spec, "work": str(work)}
+    load = os.getloadavg()[0]
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.face_swap_cpu", "--child", json.dumps(spec)],
+        cwd=ROOT, capture_output=True, text=True,
+        env={k: v for k, v in os.environ.items() if not k.startswith("SWAPFARM_")},
+    )  # fmt: skip
+    if done.returncode != 0:
+        print(done.stderr[-3000:], file=sys.stderr)
+        raise SystemExit(f"{label}: the job failed")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    result["load"] = load
+    print(f"  {label:34} {result['fps']:6.3f} fps  ({result['seconds']:.0f} s, load {load:.1f})", flush=True)
+    return result
+
+
+def jobs(args: argparse.Namespace) -> None:
+    paths = prepare(args.data, args.frames, args.crowd_frames)
+    source = str(args.data / "media" / "s0.jpg")
+    caches = BENCH / "caches"
+    shutil.rmtree(caches, ignore_errors=True)
+    onnxruntime = {"engine": "onnxruntime"}
+    table: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = []
+    plan = [
+        ("d18", "models", "ONNX Runtime fp32 (baseline)", onnxruntime, "ort"),
+        ("d18", "models", "default, empty compile cache", {}, "replica"),
+        ("d18", "models", "default, warm compile cache", {}, "replica"),
+        ("d18", "models", "default, warm, stages not overlapped", {"sequential": True}, "replica"),
+        ("crowd", "models", "ONNX Runtime fp32 (baseline)", onnxruntime, "ort"),
+        ("crowd", "models", "default, warm compile cache", {}, "replica"),
+        ("d18", "exported", "ONNX Runtime fp32 (baseline)", onnxruntime, "ort"),
+        ("d18", "exported", "default, empty compile cache", {}, "exported"),
+        ("d18", "exported", "default, warm compile cache", {}, "exported"),
+    ]
+    wanted = set(args.runs.split(","))
+    plan = [row for row in plan if (row[0] if row[1] == "models" else "exported") in wanted]
+    print(f"face swap on CPU ({os.cpu_count()} cores), load average at start {os.getloadavg()[0]:.1f}", flush=True)
+    baselines: dict[tuple[str, str], float] = {}
+    for clip, models, label, settings, cache in plan:
+        sequential = settings.pop("sequential", False) if settings is not onnxruntime else False
+        spec = {"clip": str(paths[clip]), "source": source, "models": str(paths[models]),
+                "cache": str(caches / cache), "settings": settings, "sequential": sequential}  # fmt: skip
+        result = run(f"{clip}/{models} {label}", spec)
+        if settings == onnxruntime:
+            baselines[clip, models] = result["fps"]
+        table.append((clip, models, {"label": label}, result))
+    print()
+    print("| clip | model file | run | fps | × baseline | peak RSS | first frame | engine | padding | load |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for clip, models, meta, result in table:
+        ratio = result["fps"] / baselines[clip, models]
+        first = f"{result['first_frame']:.0f} s" if result["first_frame"] is not None else "-"
+        print(
+            f"| {clip} | {'torch.onnx.export' if models == 'exported' else 'replica'} | {meta['label']} | "
+            f"{result['fps']:.3f} | {ratio:.2f}× | {result['rss'] / 2**30:.2f} GiB | {first} | {result['engine']} | "
+            f"{result['padding']:.0%} | {result['load']:.1f} |"
+        )
+
+
+def memory(args: argparse.Namespace) -> None:
+    """Peak RSS of the default settings on d18's first tenth and on all of it (216 frames), warm compile cache."""
+    short = max(1, 216 // 10)
+    paths = prepare(args.data, short, args.crowd_frames)
+    whole = prepare(args.data, 216, args.crowd_frames)["d18"]
+    source = str(args.data / "media" / "s0.jpg")
+    cache = str(BENCH / "caches" / "memory")
+    results = {}
+    for frames, clip in ((short, paths["d18"]), (short, paths["d18"]), (216, whole)):  # the first run compiles
+        spec = {"clip": str(clip), "source": source, "models": str(paths["models"]), "cache": cache, "settings": {}}
+        results[frames] = run(f"d18 first {frames} frames", spec)
+    low, high = results[short]["rss"], results[216]["rss"]
+    print(f"peak RSS: {low / 2**30:.2f} GiB ({short} frames), {high / 2**30:.2f} GiB (216 frames): {high / low:.2f}×")
+
+
+def levers(rounds: int, batch: int) -> None:
+    """The swapper alone, batch ``batch``: each engine setting side by side (alternating rounds)."""
+    import onnxruntime
+    import torch
+
+    from tests.support.replicas import inswapper_128
+    from workers.engines.onnx_to_torch import convert
+    from workers.engines.torch_engine import conversion, use_compile_cache
+
+    path = BENCH / "models" / "inswapper_128.onnx"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        onnx.save(inswapper_128(width=1.0), str(path))
+    use_compile_cache(BENCH / "caches" / "levers")
+    rng = np.random.default_rng(0)
+    target = rng.uniform(0, 1, (batch, 3, 128, 128)).astype(np.float32)
+    source = (rng.normal(0, 1, (batch, 512)) * 0.17).astype(np.float32)
+    options = onnxruntime.SessionOptions()
+    options.log_severity_level = 3
+    session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    configs: dict[str, Any] = {"ONNX Runtime fp32": lambda: session.run(None, {"target": target, "source": source})}
+    variants: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
+        "torch fp32, compiled": (conversion("fp32"), {}),
+        "torch bf16 everywhere, compiled": ({"float_dtype": torch.bfloat16}, {}),
+        "torch bf16 mixed (the default), compiled": (conversion("bf16"), {}),
+        "torch bf16 mixed + freezing": (conversion("bf16"), {"freezing": True}),
+        "torch bf16 mixed + freezing + cpp_wrapper": (conversion("bf16"), {"freezing": True, "cpp_wrapper": True}),
+        "torch bf16 mixed + freezing + max_autotune": (conversion("bf16"), {"freezing": True, "max_autotune": True}),
+    }
+    first: dict[str, float] = {}
+    for label, (dtypes, inductor) in variants.items():
+        module = convert(path, **dtypes)
+        compiled = torch.compile(module, options=inductor or None, fullgraph=True, dynamic=False)
+        dtype = dtypes["float_dtype"]
+        tensors = (torch.from_numpy(target).to(dtype), torch.from_numpy(source).to(dtype))
+
+        def call(compiled: Any = compiled, tensors: tuple[torch.Tensor, ...] = tensors) -> Any:
+            with torch.inference_mode():
+                return compiled(*tensors)
+
+        started = time.perf_counter()
+        call()
+        first[label] = time.perf_counter() - started
+        configs[label] = call
+        print(f"  {label:40} first call (compile + run) {first[label]:6.1f} s", flush=True)
+    times: dict[str, list[float]] = {label: [] for label in configs}
+    for _ in range(rounds):
+        for label, call in configs.items():
+            started = time.perf_counter()
+            call()
+            times[label].append(time.perf_counter() - started)
+    base = statistics.median(times["ONNX Runtime fp32"]) / batch
+    print(f"\nswapper alone, full-size replica, batch {batch}, median of {rounds} rounds, load {_load()}")
+    print("| configuration | s/face | × ONNX Runtime fp32 | first call (compile) |")
+    print("|---|---|---|---|")
+    for label, values in times.items():
+        per_face = statistics.median(values) / batch
+        print(f"| {label} | {per_face:.3f} | {base / per_face:.2f}× | {first.get(label, 0):.0f} s |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--frames", type=int, default=48, help="first frames of d18.mp4")
+    parser.add_argument("--crowd-frames", type=int, default=8, help="first frames of crowd_1080p.mp4")
+    parser.add_argument("--data", type=Path, default=DATA)
+    parser.add_argument("--runs", default="d18,crowd,exported", help="which of the job runs: d18, crowd, exported")
+    parser.add_argument("--levers", action="store_true", help="the swapper alone under each engine setting")
+    parser.add_argument("--memory", action="store_true", help="peak RSS on d18's first tenth vs all of it")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    sys.path.insert(0, str(ROOT))
+    if args.child:
+        child(json.loads(args.child))
+    elif args.levers:
+        levers(args.rounds, 8)
+    elif args.memory:
+        memory(args)
+    else:
+        jobs(args)
+
+
+if __name__ == "__main__":
+    main()
