@@ -47,10 +47,12 @@ def _no_live_work_left(request: pytest.FixtureRequest) -> Iterator[None]:
     """After each test that used the database, cancel the work it left unfinished (its processes are stopped by
     then): render messages are tokens any worker of the family may spend on any queued chunk
     (``shared.fairness``), so a test's leftovers would otherwise be claimed by the next test's workers."""
-    yield
     if "database_url" not in request.fixturenames:
+        yield
         return
+    # Asked for before the test runs, so that it is torn down after this (a test may bring its own database).
     url = request.getfixturevalue("database_url")
+    yield
     with session_scope(url) as session:
         live = (ChunkStatus.QUEUED, ChunkStatus.RUNNING)
         session.execute(
