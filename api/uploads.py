@@ -1,9 +1,9 @@
 """Reading a job submission (``multipart/form-data``) as it streams in, with the size limits enforced per block.
 
 Starlette's form parser spools the whole body to disk before the endpoint runs, so an over-size upload would be
-read to its end before it could be refused. Here python-multipart's streaming parser runs over
-``request.stream()``: each block is counted, hashed and written to a local file as it arrives, and the first block
-past a limit ends the request with a 413 — the rest of the body is never read, and memory holds one block.
+read to its end before it could be refused. Here python-multipart's streaming parser runs over the body as it
+arrives: each block is counted, hashed and written to a local file, and the first block past a limit ends the
+request with a 413 — the rest of the body is never read, and memory holds one block.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from python_multipart.exceptions import MultipartParseError
 from python_multipart.multipart import MultipartParser, parse_options_header
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 
 from shared.errors import RequestInvalidError, RequestTimeoutError, TooLargeError
 from shared.settings import Settings
@@ -211,6 +211,47 @@ def _priority(raw: str | None) -> int:
     return value
 
 
+# After the read timeout, how long the body may still take to show what already arrived: a server whose event loop
+# was held up (a busy host) sees the timer and the bytes that came meanwhile at once, and must not end a live upload.
+_GRACE_SECONDS = 1.0
+
+
+class _Body:
+    """The request body a block at a time, each wait bounded by the read timeout.
+
+    ``receive`` is awaited directly (not ``request.stream()``, which a timeout would close): a wait that timed out
+    leaves what the server buffered in place, so one more short wait tells a stalled client from a late loop.
+    """
+
+    def __init__(self, request: Request, timeout: float) -> None:
+        self._request, self._timeout, self._done = request, timeout, False
+
+    async def next_block(self) -> bytes | None:
+        """The next non-empty block, or None at the body's end.
+
+        Raises:
+            RequestTimeoutError: ``upload_timeout``: nothing arrived for the timeout (and the grace after it).
+            ClientDisconnect: the client went away.
+        """
+        while not self._done:
+            try:
+                message = await asyncio.wait_for(self._request.receive(), timeout=self._timeout)
+            except TimeoutError:
+                try:
+                    message = await asyncio.wait_for(self._request.receive(), timeout=_GRACE_SECONDS)
+                except TimeoutError as exc:
+                    raise RequestTimeoutError(
+                        f"the upload sent nothing for {self._timeout:.0f}s; it was ended"
+                    ) from exc
+            if message["type"] == "http.disconnect":
+                raise ClientDisconnect()
+            self._done = not message.get("more_body", False)
+            body: bytes = message.get("body", b"")
+            if body:
+                return body
+        return None
+
+
 async def read_job_form(
     request: Request, folder: Path, settings: Settings, *, extra: Callable[[str], bool] | None = None
 ) -> JobForm:
@@ -235,17 +276,9 @@ async def read_job_form(
     reader = _FormReader(folder, settings, extra)
     parser = MultipartParser(boundary, reader.callbacks())
     received = 0
-    blocks = request.stream().__aiter__()
+    body = _Body(request, settings.upload_read_timeout_seconds)
     try:
-        while True:
-            try:
-                block = await asyncio.wait_for(anext(blocks), timeout=settings.upload_read_timeout_seconds)
-            except StopAsyncIteration:
-                break
-            except TimeoutError as exc:
-                raise RequestTimeoutError(
-                    f"the upload sent nothing for {settings.upload_read_timeout_seconds:.0f}s; it was ended"
-                ) from exc
+        while (block := await body.next_block()) is not None:
             received += len(block)
             if received > limit:
                 raise TooLargeError(f"the request body is larger than the {limit} byte limit", code="request_too_large")

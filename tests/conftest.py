@@ -35,9 +35,9 @@ def database_url() -> Iterator[str]:
     url = PG_ADMIN.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://") + f"/{name}"
     upgrade(url)
     yield url
-    from shared.db import engine_for
+    from shared.db import dispose_engines
 
-    engine_for.cache_clear()
+    dispose_engines()
     with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
