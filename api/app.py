@@ -12,6 +12,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from api import jobs, metrics, output, progress, ui, webhooks
 from api.openapi import SwapfarmAPI
@@ -92,6 +93,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         logger.warning("database unavailable: %s", exc.__class__.__name__)
         error = ServiceUnavailableError("the database is unavailable; try again shortly")
         return _error(error.http_status, error.code, error.message)
+
+    @app.exception_handler(ClientDisconnect)
+    async def client_gone(request: Request, _: ClientDisconnect) -> JSONResponse:
+        # Nobody is left to read the answer; not a server error, so no traceback.
+        logger.info("client went away during %s %s", request.method, request.url.path)
+        return _error(400, "client_disconnected", "the client closed the connection before the request was read")
 
     @app.exception_handler(Exception)
     async def unexpected(_: Request, exc: Exception) -> JSONResponse:

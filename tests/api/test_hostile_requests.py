@@ -5,6 +5,7 @@ band, tenants' quotas, paged chunks, and oddities that must answer 4xx with a co
 from __future__ import annotations
 
 import json
+import select as io_select
 import socket
 import threading
 from collections.abc import Iterator
@@ -103,14 +104,33 @@ class _Trickle(threading.Thread):
                 return
 
 
+def _answered(sock: socket.socket) -> bool:
+    return bool(io_select.select([sock], [], [], 0)[0])
+
+
 def test_a_key_uploads_at_most_its_cap_at_once_and_a_stalled_upload_is_ended(server: LiveApi, capped: Settings) -> None:
     key, other = make_key(capped), make_key(capped)
-    slow = [_start_upload(server, key) for _ in range(2)]
-    trickles = [_Trickle(sock) for sock in slow]
-    for trickle in trickles:
-        trickle.start()
+    slow: list[socket.socket] = []
+    trickles: list[_Trickle] = []
+
+    def both_holding() -> bool:
+        # A probe may reach the server before a slow upload does and take its place for a moment; that upload is
+        # answered 429 at once. Start it again until both hold a place and a probe is the one refused.
+        for i, sock in enumerate(slow):
+            if _answered(sock):
+                trickles[i].stop.set()
+                sock.close()
+                slow[i] = _start_upload(server, key)
+                trickles[i] = _Trickle(slow[i])
+                trickles[i].start()
+        return _probe_upload(server, key) == 429 and not any(_answered(sock) for sock in slow)
+
+    for _ in range(2):
+        slow.append(_start_upload(server, key))
+        trickles.append(_Trickle(slow[-1]))
+        trickles[-1].start()
     try:
-        wait_for(lambda: _probe_upload(server, key) == 429, timeout=30, what="both slow uploads holding a place")
+        wait_for(both_holding, timeout=30, what="both slow uploads holding a place")
         third = httpx.post(f"{server.url}/v1/jobs", headers=bearer(key), content=b"x", timeout=30)
         assert third.status_code == 429 and third.json()["error"]["code"] == "too_many_uploads"
         assert _probe_upload(server, other) == 422, "another key is not held back by this one's uploads"
