@@ -39,7 +39,7 @@ from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 from standardwebhooks import Webhook
 
-from shared.errors import CallbackUrlError
+from shared.errors import CallbackUrlError, WebhookWorkerLostError
 from shared.events import EventKind, record
 from shared.models import Job, Tenant, WebhookDelivery, utcnow
 from shared.states import JobStatus
@@ -268,8 +268,8 @@ def claim_due(session: Session, *, lease_seconds: float, limit: int, worker: str
         if row.lease_token is not None:
             message = f"{row.event_type} to {row.url}: the delivering worker stopped before the receiver answered"
             record(
-                session, row.job_id, EventKind.WEBHOOK_FAILED, attempt=row.attempts, error_code="webhook_worker_lost",
-                message=message,
+                session, row.job_id, EventKind.WEBHOOK_FAILED, attempt=row.attempts,
+                error_code=WebhookWorkerLostError.code, message=message,
             )  # fmt: skip
         row.attempts += 1
         row.lease_token = uuid.uuid4().hex

@@ -13,7 +13,7 @@ import logging
 
 from shared import admission, jobs
 from shared.db import session_scope
-from shared.errors import InputError, SwapfarmError
+from shared.errors import NoFramesError, SwapfarmError
 from shared.jobs import ChunkPlan
 from shared.media import FrameScan, MediaInfo, probe, scan_frames
 from shared.options import JobOptions
@@ -77,7 +77,7 @@ def _plan(
         )
     times, keyframes = scan.times, scan.keyframes
     if not times:
-        raise InputError("the video has no frames", code="media_no_frames")
+        raise NoFramesError("the video has no frames")
     _report_timing(scan)
     exact = bool(options.chunk_frames)  # asked for: exact sizes; else about chunk_seconds each, cut at keyframes
     # asked for, or a length that suits the job's processors (pixel-free chains get long chunks)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from shared import admission, jobs, quotas
 from shared.db import session_scope
-from shared.errors import LeaseLostError, SwapfarmError
+from shared.errors import LeaseLostError, StitchMismatchError, SwapfarmError
 from shared.events import EventKind, record
 from shared.media import MediaInfo, frame_times
 from shared.options import JobOptions
@@ -60,9 +60,7 @@ def stitch(job_id: str, rt: Runtime) -> None:
                 output_times = frame_times(stitched)
                 counted = len(output_times)
                 if frames_total is not None and counted != frames_total:
-                    raise SwapfarmError(
-                        f"stitched output has {counted} frames, expected {frames_total}", code="stitch_mismatch"
-                    )
+                    raise StitchMismatchError(f"stitched output has {counted} frames, expected {frames_total}")
                 _stills(rt, job_id, target, stitched, times, output_times, media, tmp)
             if not beat.alive:
                 raise LeaseLostError(f"job {job_id}: stitch lease lost")
