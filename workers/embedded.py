@@ -24,6 +24,7 @@ from shared.db import session_scope
 from shared.errors import SwapfarmError
 from shared.events import EventKind
 from shared.options import JobOptions
+from shared.progress import progress_of
 from shared.schema import upgrade
 from shared.settings import Settings
 from shared.states import FINISHED_JOB_STATES, JobStatus
@@ -164,7 +165,7 @@ def _wait(
         with session_scope(database_url) as session:
             job = jobs.get_job(session, job_id)
             assert job is not None
-            progress = jobs.progress(session, job)
+            progress = progress_of(session, job)
             status = JobStatus(job.status)
             if on_progress is not None:
                 on_progress(progress.frames_done, progress.frames_total)
@@ -177,6 +178,6 @@ def _wait(
                 return LocalResult(job_id, status, job.error_code, job.error_message, job.frames_total, warnings)
             if dispatcher.errors:
                 error = dispatcher.errors[0]
-                code = error.code if isinstance(error, SwapfarmError) else "internal_error"
-                jobs.fail_job(session, job_id, code, str(error))
+                failure = SwapfarmError(str(error), code=error.code if isinstance(error, SwapfarmError) else None)
+                jobs.fail_job(session, job_id, failure, default_limit=0)  # one job, no tenant: no one waits
         time.sleep(0.2)

@@ -19,7 +19,7 @@ class SourceFile:
 
     @property
     def name(self) -> str:
-        return str(self.path.relative_to(ROOT))
+        return str(self.path.relative_to(ROOT)) if self.path.is_absolute() else str(self.path)
 
 
 def source_files(packages: tuple[str, ...] = PACKAGES) -> Iterator[SourceFile]:
