@@ -30,10 +30,9 @@ from shared.settings import Settings
 from shared.states import FINISHED_JOB_STATES, JobStatus
 from shared.storage import Storage
 from shared.submission import Upload, submit
-from shared.tasks import PLAN, RENDER_CHUNK, STITCH, ChunkPayload, JobPayload
-from workers import planning, rendering, stitching
 from workers.engines.family import detect_family
 from workers.runtime import Runtime
+from workers.steps import run_step
 
 logger = logging.getLogger(__name__)
 
@@ -69,15 +68,7 @@ class LocalDispatcher:
         rt = self.runtime
         assert rt is not None
         try:
-            match task, payload:
-                case (str() as name, JobPayload(job_id=job_id)) if name == PLAN:
-                    planning.plan(job_id, rt)
-                case (str() as name, ChunkPayload(job_id=job_id, chunk_id=chunk_id)) if name == RENDER_CHUNK:
-                    rendering.render_chunk(job_id, chunk_id, rt)
-                case (str() as name, JobPayload(job_id=job_id)) if name == STITCH:
-                    stitching.stitch(job_id, rt)
-                case _:
-                    raise ValueError(f"unknown task {task}")
+            run_step(rt, task, payload.model_dump())  # the same table and steps as the Celery worker
         except BaseException as exc:
             logger.exception("task %s failed unexpectedly", task)
             self.errors.append(exc)
