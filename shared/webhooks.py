@@ -2,7 +2,7 @@
 ``job.cancelled`` there, signed per the Standard Webhooks spec (https://www.standardwebhooks.com).
 
 * **Outbox.** :func:`enqueue` writes the event to ``webhook_deliveries`` in the transaction that ends the job
-  (``shared.jobs.finish_job``/``fail_job``, ``shared.control.cancel_job``), so an event exists exactly when the job
+  (``shared.lifecycle.end_job``: a stitch, a failure, a cancel), so an event exists exactly when the job
   ended, whoever dies afterwards. Workers deliver from the table (``workers.webhooks``): a delivery is claimed with a
   lease, so one whose worker died mid-request is claimed again when the lease expires.
 * **Retries.** A non-2xx answer, a timeout or a refused connection is tried again after a back-off that doubles
