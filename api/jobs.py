@@ -28,12 +28,13 @@ from api.slots import KeySlots
 from api.uploads import JobForm, read_job_form
 from api.views import job_view, owned_job, page_progress, tenant_names
 from api.webhooks import checked_callback
-from shared import control, jobs
+from shared import control
 from shared.db import session_scope
 from shared.dispatch import send_all
 from shared.errors import ConflictError, ForbiddenError, GoneError, InvalidOptionsError
 from shared.models import Job, Tenant, utcnow
 from shared.options import JobOptions
+from shared.progress import progress_of
 from shared.settings import Settings
 from shared.states import JobStatus
 from shared.submission import Idempotency, MediaLimits, Owner, submit
@@ -107,7 +108,7 @@ def _request_hash(form: JobForm, options: JobOptions) -> str:
 def read_job(settings: Settings, caller: Principal, job_id: str) -> JobView:
     with session_scope(settings.database_url) as session:
         job = owned_job(session, caller, job_id)
-        return job_view(job, jobs.progress(session, job), settings, tenant_names(session, caller, [job]))
+        return job_view(job, progress_of(session, job), settings, tenant_names(session, caller, [job]))
 
 
 @router.post(

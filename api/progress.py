@@ -32,10 +32,11 @@ from api.schemas import (
 )
 from api.slots import KeySlots, Slot
 from api.views import chunk_view, event_view, job_view, owned_job, tenant_names
-from shared import events, jobs
+from shared import events
 from shared.db import session_scope
 from shared.errors import UnauthorizedError
 from shared.models import Chunk, utcnow
+from shared.progress import progress_of
 from shared.settings import Settings
 from shared.states import FINISHED_JOB_STATES
 from shared.tenants import Principal, key_alive
@@ -100,7 +101,7 @@ def _poll(
             raise UnauthorizedError("the API key was revoked; the stream ends")
         # The job first: every event committed before its state was read is then in the events read after.
         job = owned_job(session, caller, job_id)
-        view = job_view(job, jobs.progress(session, job), settings, tenant_names(session, caller, [job]))
+        view = job_view(job, progress_of(session, job), settings, tenant_names(session, caller, [job]))
         rows = events.after(session, job.id, after_id, 500)
         now = utcnow()
         return view, [event_view(e) for e in rows], [(e.id, (now - e.at).total_seconds()) for e in rows]

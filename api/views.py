@@ -10,10 +10,10 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from api.schemas import ChunkCounts, ChunkView, ErrorDetail, EventView, JobView, ProgressView
-from shared import jobs
 from shared.errors import NotFoundError
 from shared.events import EventKind
 from shared.models import Chunk, Job, JobEvent, Tenant
+from shared.progress import Progress
 from shared.settings import Settings
 from shared.states import ChunkStatus, JobStatus
 from shared.tenants import Principal
@@ -45,7 +45,7 @@ def tenant_names(session: Session, caller: Principal, rows: Sequence[Job]) -> di
     return names
 
 
-def job_view(job: Job, progress: jobs.Progress, settings: Settings, tenants: dict[str, str]) -> JobView:
+def job_view(job: Job, progress: Progress, settings: Settings, tenants: dict[str, str]) -> JobView:
     total = progress.frames_total
     done = total if job.status == JobStatus.SUCCEEDED and total is not None else progress.frames_done
     expires = None
@@ -77,7 +77,7 @@ def job_view(job: Job, progress: jobs.Progress, settings: Settings, tenants: dic
     )
 
 
-def page_progress(session: Session, rows: Sequence[Job]) -> dict[str, jobs.Progress]:
+def page_progress(session: Session, rows: Sequence[Job]) -> dict[str, Progress]:
     """Progress of a page of jobs in one query (no rate or ETA: that is the single job's view)."""
     counts: dict[str, dict[str, int]] = {job.id: {str(s): 0 for s in ChunkStatus} for job in rows}
     frames: dict[str, int] = {job.id: 0 for job in rows}
@@ -90,7 +90,7 @@ def page_progress(session: Session, rows: Sequence[Job]) -> dict[str, jobs.Progr
         for job_id, status, count, done in grouped:
             counts[job_id][str(status)] = int(count)
             frames[job_id] += int(done)
-    return {job.id: jobs.Progress(frames[job.id], job.frames_total, counts[job.id]) for job in rows}
+    return {job.id: Progress(frames[job.id], job.frames_total, counts[job.id]) for job in rows}
 
 
 def chunk_view(chunk: Chunk) -> ChunkView:

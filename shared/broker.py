@@ -22,10 +22,8 @@ from shared.tasks import (
     DEFAULT_PRIORITY,
     MAX_PRIORITY,
     MIN_PRIORITY,
-    PLAN,
-    RENDER_CHUNK,
-    STITCH,
-    STITCH_QUEUE,
+    RENDER_QUEUES,
+    TASKS,
     broker_priority,
     render_queue,
 )
@@ -55,7 +53,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         # Celery beat's messages (the reaper) rank with a default job's, not above every job.
         "task_default_priority": broker_priority(DEFAULT_PRIORITY),
         "broker_connection_retry_on_startup": True,
-        "task_queues": [_queue(CONTROL_QUEUE), _queue(STITCH_QUEUE)]
+        "task_queues": [_queue(name) for name in _fixed_queues()]
         + [_queue(render_queue(f)) for f in (*families, "any")],
         "task_default_queue": CONTROL_QUEUE,
         "task_serializer": "json",
@@ -66,6 +64,11 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         # every second (``workers.celery_app.Consumer``), so the farm works again as soon as the broker answers.
         "broker_connection_max_retries": None,
     }
+
+
+def _fixed_queues() -> list[str]:
+    """The queues of the task table (``shared.tasks.TASKS``) that do not follow a job's family, in table order."""
+    return list(dict.fromkeys(spec.queue for spec in TASKS.values() if spec.queue != RENDER_QUEUES))
 
 
 def _queue(name: str) -> Queue:
@@ -116,13 +119,12 @@ WorkKey = tuple[str, str]
 def work_key(task: str, kwargs: Mapping[str, Any]) -> WorkKey | None:
     """The work a message of the farm carries, or ``None`` for a message that is not a step of a job.
 
-    >>> work_key(RENDER_CHUNK, {"job_id": "j", "chunk_id": "c"}), work_key(PLAN, {"job_id": "j"})
+    >>> work_key("swapfarm.render_chunk", {"job_id": "j", "chunk_id": "c"}), work_key("swapfarm.plan", {"job_id": "j"})
     (('swapfarm.render_chunk', 'c'), ('swapfarm.plan', 'j'))
     """
-    if task not in (PLAN, RENDER_CHUNK, STITCH):
-        return None
-    ident = kwargs.get("chunk_id" if task == RENDER_CHUNK else "job_id")
-    return (task, ident) if isinstance(ident, str) and ident else None
+    spec = TASKS.get(task)
+    ident = spec.work_id(dict(kwargs)) if spec is not None else None
+    return (task, ident) if ident is not None else None
 
 
 @dataclass(frozen=True)

@@ -7,31 +7,17 @@ Callers commit, then send the returned messages and delete files (Postgres first
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from datetime import timedelta
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from shared import webhooks
-from shared.admission import admit, lock_tenant
 from shared.events import EventKind, record
+from shared.lifecycle import Note, Outcome, admit, end_job, lock_owner, transition
 from shared.models import Chunk, Job, utcnow
-from shared.states import FINISHED_JOB_STATES, ChunkStatus, JobStatus, chunk_sources_of, sources_of
-from shared.tasks import Message
+from shared.states import FINISHED_JOB_STATES, ChunkStatus, JobStatus
 
-
-@dataclass(frozen=True)
-class Outcome:
-    changed: bool  # False: the job was not in a state the action applies to
-    messages: list[Message] = field(default_factory=list)
-
-
-def _lock_owner(session: Session, job_id: str) -> str | None:
-    tenant_id = session.scalar(select(Job.tenant_id).where(Job.id == job_id))
-    if tenant_id is not None:
-        lock_tenant(session, tenant_id)
-    return tenant_id
+__all__ = ["Outcome", "cancel_job", "expire_due", "mark_expired", "retry_job"]
 
 
 def cancel_job(session: Session, job_id: str, default_limit: int) -> Outcome:
@@ -40,23 +26,7 @@ def cancel_job(session: Session, job_id: str, default_limit: int) -> Outcome:
     A running chunk's heartbeat finds the chunk no longer ``running`` under its token and stops the render; a
     queued chunk's message finds the job not ``rendering`` and does nothing. The caller deletes the job's files.
     """
-    tenant_id = _lock_owner(session, job_id)
-    moved = session.execute(
-        update(Job)
-        .where(Job.id == job_id, Job.status.in_(sources_of(JobStatus.CANCELLED)))
-        .values(status=JobStatus.CANCELLED, finished_at=utcnow(), lease_token=None, lease_expires_at=None)
-        .returning(Job.id)
-    ).first()
-    if moved is None:
-        return Outcome(changed=False)
-    session.execute(
-        update(Chunk)
-        .where(Chunk.job_id == job_id, Chunk.status.in_(chunk_sources_of(ChunkStatus.CANCELLED)))
-        .values(status=ChunkStatus.CANCELLED, lease_token=None, lease_expires_at=None)
-    )
-    record(session, job_id, EventKind.CANCELLED, status=JobStatus.CANCELLED)
-    webhooks.enqueue(session, job_id, JobStatus.CANCELLED)
-    return Outcome(changed=True, messages=admit(session, tenant_id, default_limit))
+    return end_job(session, job_id, JobStatus.CANCELLED, note=Note(EventKind.CANCELLED), default_limit=default_limit)
 
 
 def retry_job(session: Session, job_id: str, default_limit: int, *, ttl_seconds: float | None = None) -> Outcome:
@@ -66,39 +36,30 @@ def retry_job(session: Session, job_id: str, default_limit: int, *, ttl_seconds:
     The job waits for admission like a new one, then goes back to the step it failed in (plan, render, stitch).
     A job past the retention time ``ttl_seconds`` is not retried, even while its files are being deleted.
     """
-    tenant_id = _lock_owner(session, job_id)
+    tenant_id = lock_owner(session, job_id)
     now = utcnow()
-    query = update(Job).where(Job.id == job_id, Job.status == JobStatus.FAILED, Job.expired_at.is_(None))
+    where = [Job.id == job_id, Job.expired_at.is_(None)]
     if ttl_seconds is not None:
-        query = query.where(Job.finished_at >= now - timedelta(seconds=ttl_seconds))
-    moved = session.execute(
-        query.values(
-            status=JobStatus.WAITING,
-            retries=Job.retries + 1,
-            attempts=0,
-            error_code=None,
-            error_message=None,
-            finished_at=None,
-            enqueued_at=now,
-        ).returning(Job.retries)
-    ).first()
-    if moved is None:
+        where.append(Job.finished_at >= now - timedelta(seconds=ttl_seconds))
+    moved = transition(
+        session, Job, JobStatus.WAITING, expected=(JobStatus.FAILED,), where=where,
+        values={
+            "retries": Job.retries + 1, "attempts": 0, "error_code": None, "error_message": None,
+            "finished_at": None, "enqueued_at": now,
+        },
+        returning=(Job.retries,),
+    )  # fmt: skip
+    if not moved:
         return Outcome(changed=False)
-    session.execute(
-        update(Chunk)
-        .where(Chunk.job_id == job_id, Chunk.status.in_((ChunkStatus.FAILED, ChunkStatus.CANCELLED)))
-        .values(
-            status=ChunkStatus.QUEUED,
-            attempts_at_retry=Chunk.attempts,
-            frames_done=0,
-            error_code=None,
-            error_message=None,
-            lease_token=None,
-            lease_expires_at=None,
-            enqueued_at=now,
-        )
-    )
-    record(session, job_id, EventKind.RETRIED, status=JobStatus.WAITING, message=f"retry {moved[0]}")
+    transition(
+        session, Chunk, ChunkStatus.QUEUED, expected=(ChunkStatus.FAILED, ChunkStatus.CANCELLED),
+        where=[Chunk.job_id == job_id],
+        values={
+            "attempts_at_retry": Chunk.attempts, "frames_done": 0, "error_code": None, "error_message": None,
+            "lease_token": None, "lease_expires_at": None, "enqueued_at": now,
+        },
+    )  # fmt: skip
+    record(session, job_id, EventKind.RETRIED, status=JobStatus.WAITING, message=f"retry {moved[0].extra[0]}")
     return Outcome(changed=True, messages=admit(session, tenant_id, default_limit))
 
 

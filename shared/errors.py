@@ -1,38 +1,75 @@
 """The one exception tree of swapfarm. Every error has a stable ``code`` that clients may rely on.
 
-    SwapfarmError                     base; ``code``, ``http_status``, human ``message``
-    ├── InputError (422)              the submitted input cannot be processed; never retried
+    SwapfarmError                     base; ``code``, ``http_status``, human ``message``; internal_error
+    ├── InputError (422)              input_invalid: the submitted input cannot be processed; never retried
     │   ├── NotAVideoError            media_not_video: no decodable video stream
     │   ├── UnreadableMediaError      media_unreadable: ffprobe cannot read the file
+    │   │   ├── MediaMetadataError    media_metadata_invalid: a tag (rotation …) is not what it must be
+    │   │   ├── MediaDurationError    media_duration_invalid: a negative duration
+    │   │   ├── MediaRateError        media_rate_invalid: a frame rate that is no rate
+    │   │   └── NoFramesError         media_no_frames: the video holds no frame
     │   ├── InvalidOptionsError       options_invalid: options JSON fails validation
     │   ├── SourceImageError          source_invalid: a source is not a readable image
     │   ├── NoFaceInSourceError       source_no_face: no face found in a source image
     │   ├── RequestInvalidError       request_invalid: the request itself is malformed (form, query, header)
-    │   ├── MediaLimitError           media_too_long / resolution_too_large / too_many_frames: over a limit
-    │   ├── CallbackUrlError          callback_url_invalid / callback_url_forbidden: a webhook URL refused (SSRF)
-    │   ├── InputUrlError             input_url_invalid / input_url_forbidden / input_missing: a referenced input
+    │   │   ├── TooManySourcesError   too_many_sources: more source images than a job takes
+    │   │   └── TenantNameError       tenant_name_invalid: a tenant name outside the allowed characters
+    │   ├── MediaLimitError           media_limit_exceeded: over a limit; its subclasses say which
+    │   │   ├── MediaTooLongError     media_too_long
+    │   │   ├── ResolutionError       resolution_too_large
+    │   │   ├── SourceResolutionError source_resolution_too_large
+    │   │   └── TooManyFramesError    too_many_frames
+    │   ├── CallbackUrlError          callback_url_invalid: a malformed webhook URL
+    │   │   └── CallbackForbiddenError callback_url_forbidden: it resolves to an address refused (SSRF)
+    │   ├── InputUrlError             input_url_invalid: a malformed referenced input
+    │   │   ├── InputForbiddenError   input_url_forbidden: outside the prefixes the operator allows
+    │   │   └── InputMissingError     input_missing: nothing readable there
     │   ├── MediaFormatError          media_format_refused: not a container the farm reads (playlists, scripts)
-    │   ├── TooLargeError (413)       upload_too_large / source_too_large / request_too_large: over a size limit
+    │   ├── TooLargeError (413)       upload_too_large: over a size limit
+    │   │   ├── SourceTooLargeError   source_too_large
+    │   │   └── RequestTooLargeError  request_too_large
     │   └── RequestTimeoutError (408) upload_timeout: the upload stopped sending
     ├── UnauthorizedError (401)       unauthorized: no API key, or an unknown or revoked one
     ├── ForbiddenError (403)          forbidden: the key lacks the admin scope (never for another tenant's job)
     ├── NotFoundError (404)           not_found: no such job, or not yours
     ├── ConflictError (409)           conflict: the request conflicts with the job's state
     │   ├── IdempotencyConflictError  idempotency_conflict: an Idempotency-Key reused with a different request
-    │   └── WorkerNameTakenError      worker_name_taken: a worker started under the name of a live one
+    │   ├── WorkerNameTakenError      worker_name_taken: a worker started under the name of a live one
+    │   ├── NotCancellableError       job_not_cancellable: the job has ended
+    │   ├── NotRetryableError         job_not_retryable: only a failed job is retried
+    │   └── OutputNotReadyError       output_not_ready: the job has no output yet
     ├── GoneError (410)               output_expired: the job's files were deleted after the retention time
+    │   └── JobExpiredError           job_expired: the same, for a retry
     ├── RangeNotSatisfiableError (416) range_not_satisfiable: a Range header outside the file
-    ├── TooManyRequestsError (429)    a tenant's or key's quota: too_many_waiting_jobs, storage_quota_exceeded,
-    │                                 too_many_streams, too_many_uploads
-    ├── PermanentError (500)          a failure that retrying will not fix
+    ├── TooManyRequestsError (429)    quota_exceeded: a tenant's or key's quota; its subclasses say which
+    │   ├── TooManyWaitingError       too_many_waiting_jobs
+    │   ├── StorageQuotaError         storage_quota_exceeded
+    │   ├── TooManyStreamsError       too_many_streams
+    │   └── TooManyUploadsError       too_many_uploads
+    ├── PermanentError (500)          permanent_error: a failure that retrying will not fix
     │   ├── ProcessorError            processor_failed: a processor raised on the frames
-    │   ├── ModelError                model_unavailable / model_hash_mismatch: a model file is missing or wrong
-    │   └── FfmpegError               ffmpeg_failed: ffmpeg exited non-zero (stderr kept)
-    └── RetryableError (503)          a transient failure; tasks retry it with back-off
-        ├── ServiceUnavailableError   service_unavailable: database or broker unreachable
-        └── LeaseLostError            lease_lost: another worker took the chunk over
+    │   │   └── OutOfMemoryError      out_of_memory: a single item does not fit the device
+    │   ├── ModelError                model_unavailable: a model file is missing
+    │   │   └── ModelHashError        model_hash_mismatch: a model file is not the one the registry names
+    │   ├── FfmpegError               ffmpeg_failed: ffmpeg exited non-zero (stderr kept)
+    │   │   ├── FfmpegMissingError    ffmpeg_missing: ffmpeg or ffprobe is not installed
+    │   │   ├── TruncatedMediaError   media_truncated: decoding ended before the frames the file declares
+    │   │   └── ChunkStalledError     chunk_stalled: ffmpeg stopped producing frames
+    │   ├── StitchMismatchError       stitch_mismatch: the stitched output lacks or adds frames
+    │   └── WorkerLostError           worker_lost: a step's worker stopped heartbeating too many times
+    ├── RetryableError (503)          retryable_error: a transient failure; tasks retry it with back-off
+    │   ├── ServiceUnavailableError   service_unavailable: database or broker unreachable
+    │   └── LeaseLostError            lease_lost: another worker took the chunk over (never retried: the owner
+    │                                 does the work)
+    └── WebhookError                  webhook_failed: a webhook delivery attempt failed (stored in job events)
+        ├── WebhookTimeoutError       webhook_timeout: no answer in time
+        ├── WebhookUnreachableError   webhook_unreachable: no connection
+        ├── WebhookHttpError          webhook_http_<status>: a non-2xx answer (:func:`WebhookHttpError.code_for`)
+        └── WebhookWorkerLostError    webhook_worker_lost: the delivering worker died mid-attempt
 
-``RetryableError`` vs ``PermanentError`` drives the tasks' retry policy; the API maps the base class to an HTTP
+Every code the farm stores (a job's or chunk's ``error_code``, an event's) is the ``code`` of a class here
+(:func:`codes`; ``tests/shared/test_errors.py`` checks the literals in the code). ``RetryableError`` vs
+``PermanentError`` drives the tasks' retry policy; the API maps the base class to an HTTP
 status and a JSON body ``{"error": {"code", "message"}}`` in one handler.
 
 What reaches a client (API errors, a job's or chunk's error, event messages) goes through :func:`public_message`:
@@ -43,6 +80,9 @@ from __future__ import annotations
 
 import re
 from typing import ClassVar
+
+# data table: the error tree, one short class per code the farm stores or answers with; longer than a module
+# should be because each code is a class (``tests/test_modules.py`` lets a data table pass the size limit).
 
 
 class SwapfarmError(Exception):
@@ -72,6 +112,22 @@ class UnreadableMediaError(InputError):
     code = "media_unreadable"
 
 
+class MediaMetadataError(UnreadableMediaError):
+    code = "media_metadata_invalid"
+
+
+class MediaDurationError(UnreadableMediaError):
+    code = "media_duration_invalid"
+
+
+class MediaRateError(UnreadableMediaError):
+    code = "media_rate_invalid"
+
+
+class NoFramesError(UnreadableMediaError):
+    code = "media_no_frames"
+
+
 class InvalidOptionsError(InputError):
     code = "options_invalid"
 
@@ -89,14 +145,46 @@ class TooLargeError(InputError):
     http_status = 413
 
 
+class SourceTooLargeError(TooLargeError):
+    code = "source_too_large"
+
+
+class RequestTooLargeError(TooLargeError):
+    code = "request_too_large"
+
+
 class RequestInvalidError(InputError):
     code = "request_invalid"
+
+
+class TooManySourcesError(RequestInvalidError):
+    code = "too_many_sources"
+
+
+class TenantNameError(RequestInvalidError):
+    code = "tenant_name_invalid"
 
 
 class MediaLimitError(InputError):
     """The target is over a farm limit; ``code`` says which (``media_too_long``, ``resolution_too_large`` …)."""
 
     code = "media_limit_exceeded"
+
+
+class MediaTooLongError(MediaLimitError):
+    code = "media_too_long"
+
+
+class ResolutionError(MediaLimitError):
+    code = "resolution_too_large"
+
+
+class SourceResolutionError(MediaLimitError):
+    code = "source_resolution_too_large"
+
+
+class TooManyFramesError(MediaLimitError):
+    code = "too_many_frames"
 
 
 class CallbackUrlError(InputError):
@@ -106,11 +194,23 @@ class CallbackUrlError(InputError):
     code = "callback_url_invalid"
 
 
+class CallbackForbiddenError(CallbackUrlError):
+    code = "callback_url_forbidden"
+
+
 class InputUrlError(InputError):
     """An input referenced by URL: malformed (``input_url_invalid``), outside the prefixes the operator allows
     (``input_url_forbidden``), or not there (``input_missing``)."""
 
     code = "input_url_invalid"
+
+
+class InputForbiddenError(InputUrlError):
+    code = "input_url_forbidden"
+
+
+class InputMissingError(InputUrlError):
+    code = "input_missing"
 
 
 class MediaFormatError(InputError):
@@ -154,9 +254,25 @@ class WorkerNameTakenError(ConflictError):
     code = "worker_name_taken"
 
 
+class NotCancellableError(ConflictError):
+    code = "job_not_cancellable"
+
+
+class NotRetryableError(ConflictError):
+    code = "job_not_retryable"
+
+
+class OutputNotReadyError(ConflictError):
+    code = "output_not_ready"
+
+
 class GoneError(SwapfarmError):
     code = "output_expired"
     http_status = 410
+
+
+class JobExpiredError(GoneError):
+    code = "job_expired"
 
 
 class RangeNotSatisfiableError(SwapfarmError):
@@ -175,6 +291,22 @@ class TooManyRequestsError(SwapfarmError):
     http_status = 429
 
 
+class TooManyWaitingError(TooManyRequestsError):
+    code = "too_many_waiting_jobs"
+
+
+class StorageQuotaError(TooManyRequestsError):
+    code = "storage_quota_exceeded"
+
+
+class TooManyStreamsError(TooManyRequestsError):
+    code = "too_many_streams"
+
+
+class TooManyUploadsError(TooManyRequestsError):
+    code = "too_many_uploads"
+
+
 class PermanentError(SwapfarmError):
     code = "permanent_error"
 
@@ -183,8 +315,16 @@ class ProcessorError(PermanentError):
     code = "processor_failed"
 
 
+class OutOfMemoryError(ProcessorError):
+    code = "out_of_memory"
+
+
 class ModelError(PermanentError):
     code = "model_unavailable"
+
+
+class ModelHashError(ModelError):
+    code = "model_hash_mismatch"
 
 
 class FfmpegError(PermanentError):
@@ -194,6 +334,28 @@ class FfmpegError(PermanentError):
         tail = stderr.strip().splitlines()[-8:]
         super().__init__(message + (": " + " | ".join(tail) if tail else ""), code=code)
         self.stderr = stderr
+
+
+class FfmpegMissingError(FfmpegError):
+    code = "ffmpeg_missing"
+
+
+class TruncatedMediaError(FfmpegError):
+    code = "media_truncated"
+
+
+class ChunkStalledError(FfmpegError):
+    code = "chunk_stalled"
+
+
+class StitchMismatchError(PermanentError):
+    code = "stitch_mismatch"
+
+
+class WorkerLostError(PermanentError):
+    """A step's worker stopped heartbeating (killed, frozen, cut off) more often than the attempt limit."""
+
+    code = "worker_lost"
 
 
 class RetryableError(SwapfarmError):
@@ -207,6 +369,44 @@ class ServiceUnavailableError(RetryableError):
 
 class LeaseLostError(RetryableError):
     code = "lease_lost"
+
+
+class WebhookError(SwapfarmError):
+    """A webhook delivery attempt that failed; its code is stored in the job's events, never raised to a client."""
+
+    code = "webhook_failed"
+
+
+class WebhookTimeoutError(WebhookError):
+    code = "webhook_timeout"
+
+
+class WebhookUnreachableError(WebhookError):
+    code = "webhook_unreachable"
+
+
+class WebhookHttpError(WebhookError):
+    code = "webhook_http"
+
+    @staticmethod
+    def code_for(status: int) -> str:
+        """The stored code of a non-2xx answer: ``webhook_http_<status>``."""
+        return f"{WebhookHttpError.code}_{status}"
+
+
+class WebhookWorkerLostError(WebhookError):
+    code = "webhook_worker_lost"
+
+
+def codes() -> frozenset[str]:
+    """Every code of the tree: what a job, a chunk or an event may store as its error code."""
+    found: set[str] = set()
+    pending: list[type[SwapfarmError]] = [SwapfarmError]
+    while pending:
+        cls = pending.pop()
+        found.add(cls.code)
+        pending += cls.__subclasses__()
+    return frozenset(found)
 
 
 # -- what clients see -------------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """A job's event log: what happened to it, in order — state changes, chunk attempts and their workers, errors.
 
-Every function that changes a job or a chunk (``shared.jobs``, ``shared.control``, ``shared.admission``) records
+Every change of a job or a chunk (``shared.lifecycle.transition``, for ``shared.jobs`` and ``shared.control``) records
 its event with :func:`record` in the same transaction, so the log and the rows never disagree: an event is there
 exactly when its change committed.
 """
@@ -48,7 +48,7 @@ class EventKind(StrEnum):
 
 
 # A job whose latest event of these is a recovery one (and not yet a step that started since) is recovering: its
-# progress is stale until a worker takes its work again (``shared.jobs.progress``).
+# progress is stale until a worker takes its work again (``shared.progress``).
 RECOVERY_EVENTS = frozenset(
     {EventKind.CHUNK_REQUEUED, EventKind.REQUEUED, EventKind.RESENT, EventKind.BROKER_UNREACHABLE}
 )

@@ -34,7 +34,7 @@ from sqlalchemy.orm import Session
 from shared import jobs
 from shared.models import Chunk, Job, Tenant, utcnow
 from shared.states import ChunkStatus, JobStatus
-from shared.tasks import ADMIN_PRIORITY, render_queue
+from shared.tasks import ADMIN_PRIORITY, RENDER_CHUNK, Message, message
 
 __all__ = ["CANDIDATES", "claim_next", "fair_order", "mark_served", "still_queued"]
 
@@ -105,12 +105,14 @@ def mark_served(session: Session, job_id: str) -> None:
     session.execute(update(Tenant).where(Tenant.id == tenant_id).values(last_served_at=utcnow()))
 
 
-def still_queued(session: Session, chunk_id: str) -> tuple[str, int] | None:
-    """The render queue and priority of chunk ``chunk_id`` when it is still queued in a rendering job (a token
-    naming it was spent on a fairer chunk, so it needs another); ``None`` otherwise."""
+def still_queued(session: Session, chunk_id: str) -> Message | None:
+    """A new message for chunk ``chunk_id`` when it is still queued in a rendering job (a token naming it was spent
+    on a fairer chunk, so it needs another); ``None`` otherwise."""
     row = session.execute(
-        select(Job.family, Job.priority)
+        select(Job.id, Job.family, Job.priority)
         .join(Chunk, Chunk.job_id == Job.id)
         .where(Chunk.id == chunk_id, Chunk.status == ChunkStatus.QUEUED, Job.status == JobStatus.RENDERING)
     ).first()
-    return (render_queue(row[0]), int(row[1])) if row is not None else None
+    if row is None:
+        return None
+    return message(RENDER_CHUNK, row[0], chunk_id=chunk_id, family=row[1], priority=int(row[2]))

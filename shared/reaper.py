@@ -24,12 +24,14 @@ from datetime import datetime, timedelta
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from shared import jobs
+from shared.admission import lock_tenant
 from shared.broker import BrokerContents, WorkKey
+from shared.errors import WorkerLostError
 from shared.events import EventKind, record
+from shared.lifecycle import Note, fail_job, transition
 from shared.models import Chunk, Job, utcnow
 from shared.states import ACTIVE_JOB_STATES, ChunkStatus, JobStatus
-from shared.tasks import PLAN, RENDER_CHUNK, STITCH
+from shared.tasks import PLAN, RENDER_CHUNK, STITCH, TASKS, Message
 
 # A sender commits its rows, then sends: work queued more recently than this may simply not be sent *yet*.
 SEND_GRACE = timedelta(seconds=5)
@@ -43,28 +45,50 @@ class ReapResult:
     render: list[tuple[str, str]] = field(default_factory=list)  # (job_id, chunk_id)
     stitch: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
+    admitted: list[Message] = field(default_factory=list)  # the waiting jobs the failed ones made room for
 
     def __iadd__(self, other: ReapResult) -> ReapResult:
         self.plan += other.plan
         self.render += other.render
         self.stitch += other.stitch
         self.failed += other.failed
+        self.admitted += other.admitted
         return self
 
 
-def reap(session: Session, *, max_attempts: int, requeue_after: float) -> ReapResult:
+def reap(session: Session, *, max_attempts: int, requeue_after: float, default_limit: int) -> ReapResult:
     """Reclaim expired leases and re-send work queued longer than ``requeue_after`` seconds, without looking into
     the broker (the sweep of a farm whose broker's contents cannot be read)."""
-    result = reclaim_expired(session, max_attempts=max_attempts)
+    result = reclaim_expired(session, max_attempts=max_attempts, default_limit=default_limit)
     result += resend_stale(session, requeue_after=requeue_after)
     return result
 
 
-def reclaim_expired(session: Session, *, max_attempts: int) -> ReapResult:
+def _lock_owners(session: Session, now: datetime) -> None:
+    """Lock the tenants of the jobs with an expired lease, in a fixed order, before any job or chunk: a job failed
+    here admits its tenant's next one, and whoever else ends a job locks the tenant first too."""
+    expired_chunk = select(Chunk.id).where(
+        Chunk.job_id == Job.id, Chunk.status == ChunkStatus.RUNNING, Chunk.lease_expires_at < now
+    )
+    tenants = session.scalars(
+        select(Job.tenant_id)
+        .where(Job.tenant_id.is_not(None))
+        .where(
+            ((Job.status == JobStatus.RENDERING) & expired_chunk.exists())
+            | (Job.status.in_((JobStatus.PLANNING, JobStatus.STITCHING)) & (Job.lease_expires_at < now))
+        )
+        .distinct()
+    ).all()
+    for tenant_id in sorted(t for t in tenants if t is not None):
+        lock_tenant(session, tenant_id)
+
+
+def reclaim_expired(session: Session, *, max_attempts: int, default_limit: int) -> ReapResult:
     """Hand back the work of every step whose lease expired: chunks to ``queued``, plans and stitches sent again;
-    past the attempt limit the job fails with the last error."""
+    past the attempt limit the job fails with the last error (and its tenant's next waiting job is admitted)."""
     now = utcnow()
     result = ReapResult()
+    _lock_owners(session, now)
     expired = session.scalars(
         select(Chunk)
         .join(Job)
@@ -74,22 +98,30 @@ def reclaim_expired(session: Session, *, max_attempts: int) -> ReapResult:
     ).all()
     for chunk in expired:
         # A running chunk's recorded error, if any, is an earlier attempt's: this attempt's is its lost worker.
-        chunk.lease_token, chunk.lease_expires_at = None, None
-        chunk.error_code = jobs.WORKER_LOST
-        chunk.error_message = f"worker {chunk.worker} stopped heartbeating during attempt {chunk.attempts}"
-        if chunk.attempts - chunk.attempts_at_retry >= max_attempts:
-            chunk.status = ChunkStatus.FAILED
-            if jobs.fail_job(session, chunk.job_id, chunk.error_code, chunk.error_message or ""):
-                result.failed.append(chunk.job_id)
-        else:
-            chunk.status = ChunkStatus.QUEUED
-            chunk.enqueued_at = now
-            result.render.append((chunk.job_id, chunk.id))
-            record(
-                session, chunk.job_id, EventKind.CHUNK_REQUEUED, chunk_index=chunk.index, attempt=chunk.attempts,
-                worker=chunk.worker, error_code=chunk.error_code,
-                message=f"{chunk.error_message}; chunk {chunk.index} re-queued",
-            )  # fmt: skip
+        lost = WorkerLostError(f"worker {chunk.worker} stopped heartbeating during attempt {chunk.attempts}")
+        final = chunk.attempts - chunk.attempts_at_retry >= max_attempts
+        job_id, chunk_id, index = chunk.job_id, chunk.id, chunk.index
+        moved = transition(
+            session, Chunk, ChunkStatus.FAILED if final else ChunkStatus.QUEUED, expected=(ChunkStatus.RUNNING,),
+            where=[Chunk.id == chunk_id],
+            values={
+                "lease_token": None, "lease_expires_at": None, "error_code": lost.code, "error_message": lost.message,
+                **({} if final else {"enqueued_at": now}),
+            },
+            note=None if final else Note(
+                EventKind.CHUNK_REQUEUED, row_attempt=True, error_code=lost.code,
+                message=f"{lost.message}; chunk {index} re-queued",
+            ),
+        )  # fmt: skip
+        if not moved:  # its job failed a moment ago, in this sweep, for another of its chunks
+            continue
+        if not final:
+            result.render.append((job_id, chunk_id))
+            continue
+        ended = fail_job(session, job_id, lost, default_limit=default_limit)
+        if ended.changed:
+            result.failed.append(job_id)
+            result.admitted += ended.messages
 
     abandoned = session.scalars(
         select(Job)
@@ -98,21 +130,25 @@ def reclaim_expired(session: Session, *, max_attempts: int) -> ReapResult:
         .with_for_update(skip_locked=True)
     ).all()
     for job in abandoned:
-        step = "stitch" if job.status == JobStatus.STITCHING else "plan"
-        if job.attempts >= max_attempts:
-            if jobs.fail_job(session, job.id, jobs.WORKER_LOST, f"the {step} step was abandoned {job.attempts} times"):
-                result.failed.append(job.id)
+        job_id, status, attempts = job.id, JobStatus(job.status), job.attempts
+        step = "stitch" if status == JobStatus.STITCHING else "plan"
+        if attempts >= max_attempts:
+            lost = WorkerLostError(f"the {step} step was abandoned {attempts} times")
+            ended = fail_job(session, job_id, lost, default_limit=default_limit)
+            if ended.changed:
+                result.failed.append(job_id)
+                result.admitted += ended.messages
             continue
-        job.lease_token, job.lease_expires_at, job.enqueued_at = None, None, now
-        if job.status == JobStatus.STITCHING:
-            result.stitch.append(job.id)
-        else:
-            job.status = JobStatus.QUEUED
-            result.plan.append(job.id)
-        record(
-            session, job.id, EventKind.REQUEUED, status=job.status, attempt=job.attempts,
-            message=f"the {step} step was abandoned (its worker stopped heartbeating); sent again",
+        # a stitch stays stitching (its lease cleared, for the next stitcher); a plan goes back to queued
+        transition(
+            session, Job, status if status == JobStatus.STITCHING else JobStatus.QUEUED, expected=(status,),
+            where=[Job.id == job_id], values={"lease_token": None, "lease_expires_at": None, "enqueued_at": now},
+            note=Note(
+                EventKind.REQUEUED, attempt=attempts,
+                message=f"the {step} step was abandoned (its worker stopped heartbeating); sent again",
+            ),
         )  # fmt: skip
+        (result.stitch if status == JobStatus.STITCHING else result.plan).append(job_id)
     session.flush()
     return result
 
@@ -127,7 +163,7 @@ class Work:
 
     @property
     def step(self) -> str:
-        return {PLAN: "plan", RENDER_CHUNK: "render", STITCH: "stitch"}[self.key[0]]
+        return TASKS[self.key[0]].step
 
 
 def queued_work(session: Session, *, queued_before: datetime) -> list[Work]:

@@ -1,6 +1,6 @@
 """Job and chunk states and the transitions allowed between them.
 
-A state change, its attempt count and its error code are written in one transaction (see ``shared.jobs``);
+A state change, its attempt count and its error code are written in one transaction (``shared.lifecycle``);
 this module only says which changes are legal, so that a late or duplicated task cannot move a row backwards.
 """
 
@@ -53,16 +53,3 @@ CHUNK_TRANSITIONS: dict[ChunkStatus, frozenset[ChunkStatus]] = {
 FINISHED_JOB_STATES = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED})
 # The states that count against a tenant's limit of jobs running at once.
 ACTIVE_JOB_STATES = frozenset({JobStatus.QUEUED, JobStatus.PLANNING, JobStatus.RENDERING, JobStatus.STITCHING})
-
-
-def can_move(current: JobStatus, target: JobStatus) -> bool:
-    return target in JOB_TRANSITIONS[current]
-
-
-def sources_of(target: JobStatus) -> tuple[JobStatus, ...]:
-    """The states from which ``target`` may be entered: the WHERE clause of a conditional UPDATE."""
-    return tuple(s for s, nxt in JOB_TRANSITIONS.items() if target in nxt)
-
-
-def chunk_sources_of(target: ChunkStatus) -> tuple[ChunkStatus, ...]:
-    return tuple(s for s, nxt in CHUNK_TRANSITIONS.items() if target in nxt)

@@ -26,17 +26,18 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from shared import jobs, quotas
-from shared.admission import admit, lock_tenant
+from shared.admission import lock_tenant
 from shared.db import session_scope
 from shared.dispatch import Dispatcher, send_all
 from shared.errors import IdempotencyConflictError, InvalidOptionsError, MediaLimitError
 from shared.events import EventKind, record
+from shared.lifecycle import admit
 from shared.media import MediaInfo, probe, probe_image
 from shared.models import Job, new_id
 from shared.options import JobOptions
 from shared.settings import Settings
 from shared.storage import Storage
-from shared.tasks import CONTROL_QUEUE, DEFAULT_PRIORITY, PLAN, JobPayload, Message
+from shared.tasks import DEFAULT_PRIORITY, PLAN, message
 
 logger = logging.getLogger(__name__)
 
@@ -185,7 +186,7 @@ def submit(
                 stored_bytes=size,
             )
             if owner is None:
-                messages = [Message(PLAN, JobPayload(job_id=job_id), CONTROL_QUEUE, priority)]
+                messages = [message(PLAN, job_id, family=options.family, priority=priority)]
             else:
                 messages = admit(session, owner.tenant_id, owner.default_limit)
     except IntegrityError:

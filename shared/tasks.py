@@ -1,13 +1,17 @@
 """Task names, queues and payloads: the contract between whoever enqueues work and the workers.
 
-The API enqueues by *name* (``send_task``) so it never imports worker code. Payloads are ids, never objects:
-a task re-reads its rows, so a duplicate or late delivery sees the current state.
+:data:`TASKS` is the one table of the farm's tasks: each one's name, queue, payload type and retry policy. Every
+message is built from it (:func:`message`), the broker's contents are read with it (``shared.broker``), and the
+workers bind each task's step function to it (``workers.steps``), which both Celery (``workers.celery_app``) and
+``swapfarm run`` (``workers.embedded``) run. The API enqueues by *name* (``send_task``) so it never imports worker
+code. Payloads are ids, never objects: a task re-reads its rows, so a duplicate or late delivery sees the current
+state.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -50,6 +54,12 @@ def render_queue(family: str) -> str:
     return f"render.{family}"
 
 
+class NoPayload(BaseModel):
+    """The payload of a periodic task: it sweeps the database, it is about no one job."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
 class JobPayload(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -71,3 +81,66 @@ class Message:
     payload: JobPayload | ChunkPayload
     queue: str
     priority: int = DEFAULT_PRIORITY
+
+
+Payload = NoPayload | JobPayload | ChunkPayload
+RENDER_QUEUES: Final = "render.<family>"  # a job's render queue follows its accelerator family (render_queue)
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """One task of the farm.
+
+    ``step``: the short name of the step in logs, metrics and events (``plan``, ``render`` …). ``retried``: Celery
+    retries the task with back-off on a ``RetryableError`` (except ``LeaseLostError``: another worker owns the work
+    then) or a database error; periodic tasks are retried by their next tick instead.
+    """
+
+    name: str
+    queue: str  # a queue name, or RENDER_QUEUES
+    payload: type[NoPayload] | type[JobPayload] | type[ChunkPayload]
+    step: Literal["plan", "render", "stitch", "reap", "webhooks"]
+    retried: bool
+
+    def queue_for(self, family: str) -> str:
+        return render_queue(family) if self.queue == RENDER_QUEUES else self.queue
+
+    def work_id(self, kwargs: dict[str, object]) -> str | None:
+        """The id a message of this task is about: the chunk's for a chunk payload, the job's for a job payload."""
+        field = {ChunkPayload: "chunk_id", JobPayload: "job_id"}.get(self.payload)
+        ident = kwargs.get(field) if field else None
+        return ident if isinstance(ident, str) and ident else None
+
+
+TASKS: Final[dict[str, TaskSpec]] = {
+    spec.name: spec
+    for spec in (
+        TaskSpec(PLAN, CONTROL_QUEUE, JobPayload, "plan", retried=True),
+        TaskSpec(RENDER_CHUNK, RENDER_QUEUES, ChunkPayload, "render", retried=True),
+        TaskSpec(STITCH, STITCH_QUEUE, JobPayload, "stitch", retried=True),
+        TaskSpec(REAP, CONTROL_QUEUE, NoPayload, "reap", retried=False),
+        TaskSpec(DELIVER_WEBHOOKS, CONTROL_QUEUE, NoPayload, "webhooks", retried=False),
+    )
+}
+JOB_TASKS: Final = tuple(name for name, spec in TASKS.items() if spec.payload is not NoPayload)
+
+
+def message(
+    task: str, job_id: str, *, family: str, priority: int = DEFAULT_PRIORITY, chunk_id: str | None = None
+) -> Message:
+    """The message of one step of a job, routed by :data:`TASKS`: its queue (the job's family for renders) and payload.
+
+    Raises:
+        KeyError: ``task`` is not a step of a job.
+        pydantic.ValidationError: ``chunk_id`` is missing for a chunk's task, or given for a job's.
+
+    >>> message(RENDER_CHUNK, "j", family="cpu", chunk_id="c").queue
+    'render.cpu'
+    """
+    spec = TASKS[task]
+    if spec.payload is NoPayload:
+        raise KeyError(f"{task} is not a step of a job")
+    fields = {"job_id": job_id} if chunk_id is None else {"job_id": job_id, "chunk_id": chunk_id}
+    payload = spec.payload.model_validate(fields)
+    assert isinstance(payload, JobPayload | ChunkPayload)
+    return Message(task, payload, spec.queue_for(family), priority)

@@ -2,7 +2,7 @@
 ``job.cancelled`` there, signed per the Standard Webhooks spec (https://www.standardwebhooks.com).
 
 * **Outbox.** :func:`enqueue` writes the event to ``webhook_deliveries`` in the transaction that ends the job
-  (``shared.jobs.finish_job``/``fail_job``, ``shared.control.cancel_job``), so an event exists exactly when the job
+  (``shared.lifecycle.end_job``: a stitch, a failure, a cancel), so an event exists exactly when the job
   ended, whoever dies afterwards. Workers deliver from the table (``workers.webhooks``): a delivery is claimed with a
   lease, so one whose worker died mid-request is claimed again when the lease expires.
 * **Retries.** A non-2xx answer, a timeout or a refused connection is tried again after a back-off that doubles
@@ -39,7 +39,7 @@ from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 from standardwebhooks import Webhook
 
-from shared.errors import CallbackUrlError
+from shared.errors import CallbackUrlError, WebhookWorkerLostError
 from shared.events import EventKind, record
 from shared.models import Job, Tenant, WebhookDelivery, utcnow
 from shared.states import JobStatus
@@ -268,8 +268,8 @@ def claim_due(session: Session, *, lease_seconds: float, limit: int, worker: str
         if row.lease_token is not None:
             message = f"{row.event_type} to {row.url}: the delivering worker stopped before the receiver answered"
             record(
-                session, row.job_id, EventKind.WEBHOOK_FAILED, attempt=row.attempts, error_code="webhook_worker_lost",
-                message=message,
+                session, row.job_id, EventKind.WEBHOOK_FAILED, attempt=row.attempts,
+                error_code=WebhookWorkerLostError.code, message=message,
             )  # fmt: skip
         row.attempts += 1
         row.lease_token = uuid.uuid4().hex

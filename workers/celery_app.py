@@ -2,7 +2,8 @@
 
 Built by :func:`create_app` from settings (never at import time). CUDA and models are touched only inside the
 task bodies, i.e. in the pool's child process, never in the prefork parent. The reaper does not run here: it
-runs in ``swapfarm beat`` (``workers.reaping.run``); the ``reap`` task stays for whoever wants a sweep now.
+runs in ``swapfarm beat`` (``workers.reaping.run``); the ``reap`` task stays for whoever wants a sweep now. The
+tasks are the table's (``shared.tasks.TASKS``), each running its step (``workers.steps``).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import functools
 import logging
 import socket
+from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
@@ -19,29 +21,22 @@ from sqlalchemy.exc import OperationalError
 
 from shared.broker import make_celery
 from shared.dispatch import CeleryDispatcher
-from shared.errors import RetryableError, WorkerNameTakenError
-from shared.log_context import job_context
+from shared.errors import LeaseLostError, RetryableError, WorkerNameTakenError
 from shared.settings import Settings
 from shared.storage import Storage
-from shared.tasks import (
-    CONTROL_QUEUE,
-    DELIVER_WEBHOOKS,
-    PLAN,
-    REAP,
-    RENDER_CHUNK,
-    STITCH,
-    STITCH_QUEUE,
-    render_queue,
-)
-from workers import planning, presence, reaping, rendering, stitching, webhooks
+from shared.tasks import CONTROL_QUEUE, STITCH_QUEUE, TASKS, TaskSpec, render_queue
+from workers import presence
 from workers.engines.family import detect_family
 from workers.metrics import WorkerMetrics, serve
 from workers.runtime import Runtime
+from workers.steps import run_step
 
 logger = logging.getLogger(__name__)
 
 _RETRY: dict[str, Any] = {
     "autoretry_for": (RetryableError, OperationalError),
+    # a lost lease means another worker owns the work now: a retry would only find that out again
+    "dont_autoretry_for": (LeaseLostError,),
     "retry_backoff": 2,
     "retry_backoff_max": 60,
     "retry_jitter": True,
@@ -128,47 +123,29 @@ def create_app(settings: Settings) -> Celery:
             hostname=hostname,
             family=family,
             metrics=metrics,
+            celery=app,
         )
 
     def rt_of(task: Any) -> Runtime:
         return runtime(task.request.hostname or socket.gethostname())
 
-    @app.task(name=PLAN, bind=True, **_RETRY)
-    def plan(self: Any, job_id: str) -> None:
-        with job_context(job_id=job_id):
-            planning.plan(job_id, rt_of(self))
-
-    @app.task(name=RENDER_CHUNK, bind=True, **_RETRY)
-    def render_chunk(self: Any, job_id: str, chunk_id: str) -> None:
-        with job_context(job_id=job_id, chunk_id=chunk_id):
-            rendering.render_chunk(job_id, chunk_id, rt_of(self))
-
-    @app.task(name=STITCH, bind=True, **_RETRY)
-    def stitch(self: Any, job_id: str) -> None:
-        with job_context(job_id=job_id):
-            stitching.stitch(job_id, rt_of(self))
-
-    @app.task(name=REAP, bind=True)
-    def reap(self: Any) -> None:
-        # Periodic, so the next tick is its retry: retrying each failed tick too would pile reaps up in an outage.
-        try:
-            reaping.reap(rt_of(self), app)
-        except OperationalError:
-            logger.warning("reap skipped: the database is unavailable; the next tick tries again")
-
-    @app.task(name=DELIVER_WEBHOOKS, bind=True)
-    def deliver_webhooks(self: Any) -> None:
-        # Periodic like the reaper: a failed tick is retried by the next one, the outbox keeps what is due.
-        try:
-            webhooks.deliver_due(rt_of(self))
-        except OperationalError:
-            logger.warning("webhooks not delivered: the database is unavailable; the next tick tries again")
-
+    for spec in TASKS.values():
+        _register(app, spec, rt_of)
     return app
 
 
+def _register(app: Celery, spec: TaskSpec, rt_of: Callable[[Any], Runtime]) -> None:
+    """The Celery task of one entry of the table: the step of ``workers.steps``, with the table's retry policy."""
+
+    def run(self: Any, **fields: Any) -> None:
+        run_step(rt_of(self), spec.name, fields)
+
+    run.__name__ = run.__qualname__ = spec.name.rsplit(".", 1)[-1]
+    app.task(name=spec.name, bind=True, **(_RETRY if spec.retried else {}))(run)
+
+
 def _warm(settings: Settings) -> None:
-    from workers.engines.loading import warm_in_background  # torch, if at all, only in the pool process
+    from workers.warming import warm_in_background  # torch, if at all, only in the pool process
 
     warm_in_background(settings)
 

@@ -24,15 +24,15 @@ from shared.db import session_scope
 from shared.errors import SwapfarmError
 from shared.events import EventKind
 from shared.options import JobOptions
+from shared.progress import progress_of
 from shared.schema import upgrade
 from shared.settings import Settings
 from shared.states import FINISHED_JOB_STATES, JobStatus
 from shared.storage import Storage
 from shared.submission import Upload, submit
-from shared.tasks import PLAN, RENDER_CHUNK, STITCH, ChunkPayload, JobPayload
-from workers import planning, rendering, stitching
 from workers.engines.family import detect_family
 from workers.runtime import Runtime
+from workers.steps import run_step
 
 logger = logging.getLogger(__name__)
 
@@ -68,15 +68,7 @@ class LocalDispatcher:
         rt = self.runtime
         assert rt is not None
         try:
-            match task, payload:
-                case (str() as name, JobPayload(job_id=job_id)) if name == PLAN:
-                    planning.plan(job_id, rt)
-                case (str() as name, ChunkPayload(job_id=job_id, chunk_id=chunk_id)) if name == RENDER_CHUNK:
-                    rendering.render_chunk(job_id, chunk_id, rt)
-                case (str() as name, JobPayload(job_id=job_id)) if name == STITCH:
-                    stitching.stitch(job_id, rt)
-                case _:
-                    raise ValueError(f"unknown task {task}")
+            run_step(rt, task, payload.model_dump())  # the same table and steps as the Celery worker
         except BaseException as exc:
             logger.exception("task %s failed unexpectedly", task)
             self.errors.append(exc)
@@ -164,7 +156,7 @@ def _wait(
         with session_scope(database_url) as session:
             job = jobs.get_job(session, job_id)
             assert job is not None
-            progress = jobs.progress(session, job)
+            progress = progress_of(session, job)
             status = JobStatus(job.status)
             if on_progress is not None:
                 on_progress(progress.frames_done, progress.frames_total)
@@ -177,6 +169,6 @@ def _wait(
                 return LocalResult(job_id, status, job.error_code, job.error_message, job.frames_total, warnings)
             if dispatcher.errors:
                 error = dispatcher.errors[0]
-                code = error.code if isinstance(error, SwapfarmError) else "internal_error"
-                jobs.fail_job(session, job_id, code, str(error))
+                failure = SwapfarmError(str(error), code=error.code if isinstance(error, SwapfarmError) else None)
+                jobs.fail_job(session, job_id, failure, default_limit=0)  # one job, no tenant: no one waits
         time.sleep(0.2)

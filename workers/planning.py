@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import logging
 
-from shared import admission, jobs
+from shared import jobs
 from shared.db import session_scope
-from shared.errors import InputError, SwapfarmError
+from shared.dispatch import send_all
+from shared.errors import LeaseLostError, NoFramesError, SwapfarmError
 from shared.jobs import ChunkPlan
 from shared.media import FrameScan, MediaInfo, probe, scan_frames
 from shared.options import JobOptions
-from shared.tasks import RENDER_CHUNK, ChunkPayload, render_queue
+from shared.tasks import RENDER_CHUNK, message
 from workers import notices
 from workers.chunking import bounded_chunk_frames, chunk_seconds_for, default_chunk_frames, plan_chunks
 from workers.leases import job_heartbeat
@@ -43,18 +44,22 @@ def plan(job_id: str, rt: Runtime) -> None:
         except SwapfarmError as exc:
             logger.warning("job %s: planning failed: %s", job_id, exc)
             with session_scope(rt.db) as session:
-                jobs.fail_job(session, job_id, exc.code, exc.message)
-            admission.release(rt.db, rt.dispatcher, job_id, settings.max_running_jobs_per_tenant)
+                failed = jobs.fail_job(session, job_id, exc, default_limit=settings.max_running_jobs_per_tenant)
+            send_all(rt.dispatcher, failed.messages)
             notices.record(rt.db, job_id, found)
             return
     notices.record(rt.db, job_id, found)
-    with session_scope(rt.db) as session:
-        chunk_ids = jobs.record_plan(session, job_id, token, chunks, media.to_json(), options.family)
+    try:
+        with session_scope(rt.db) as session:
+            chunk_ids = jobs.record_plan(session, job_id, token, chunks, media.to_json(), options.family)
+    except LeaseLostError:  # another planner owns the job now: retrying this one would only find that out again
+        logger.info("job %s: planning lease lost (taken over or cancelled); its plan is dropped", job_id)
+        return
     logger.info("job %s: %d frames in %d chunks", job_id, frames, len(chunk_ids))
-    queue = render_queue(options.family)
-    for chunk_id in chunk_ids:
-        payload = ChunkPayload(job_id=job_id, chunk_id=chunk_id)
-        rt.dispatcher.send(RENDER_CHUNK, payload, queue=queue, priority=priority)
+    send_all(
+        rt.dispatcher,
+        (message(RENDER_CHUNK, job_id, chunk_id=c, family=options.family, priority=priority) for c in chunk_ids),
+    )
 
 
 def _plan(
@@ -77,7 +82,7 @@ def _plan(
         )
     times, keyframes = scan.times, scan.keyframes
     if not times:
-        raise InputError("the video has no frames", code="media_no_frames")
+        raise NoFramesError("the video has no frames")
     _report_timing(scan)
     exact = bool(options.chunk_frames)  # asked for: exact sizes; else about chunk_seconds each, cut at keyframes
     # asked for, or a length that suits the job's processors (pixel-free chains get long chunks)

@@ -26,23 +26,13 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy.exc import OperationalError
 
-from shared import admission, control, reaper
+from shared import control, lifecycle, reaper
 from shared.broker import broker_contents
 from shared.db import session_scope
 from shared.dispatch import send_all
 from shared.models import Job
 from shared.reaper import ReapResult
-from shared.tasks import (
-    CONTROL_QUEUE,
-    DELIVER_WEBHOOKS,
-    PLAN,
-    RENDER_CHUNK,
-    STITCH,
-    STITCH_QUEUE,
-    ChunkPayload,
-    JobPayload,
-    render_queue,
-)
+from shared.tasks import DELIVER_WEBHOOKS, PLAN, RENDER_CHUNK, STITCH, TASKS, message
 from workers import notices
 from workers.runtime import Runtime
 
@@ -71,8 +61,9 @@ class Reaper:
 
     def sweep(self) -> ReapResult:
         settings = self.rt.settings
+        limit = settings.max_running_jobs_per_tenant
         with session_scope(self.rt.db) as session:
-            result = reaper.reclaim_expired(session, max_attempts=settings.max_attempts)
+            result = reaper.reclaim_expired(session, max_attempts=settings.max_attempts, default_limit=limit)
         self._send(result)
         lost = self._reconcile()
         self._send(lost)
@@ -80,7 +71,7 @@ class Reaper:
         for job_id in result.failed:
             logger.error("job %s: failed past the attempt limit", job_id)
         with session_scope(self.rt.db) as session:
-            admitted = admission.admit_all(session, settings.max_running_jobs_per_tenant)
+            admitted = result.admitted + lifecycle.admit_all(session, limit)
         try:
             send_all(self.rt.dispatcher, admitted)
         except Exception as exc:  # the broker is away: the admitted jobs are queued in Postgres, re-sent later
@@ -152,23 +143,15 @@ class Reaper:
             priorities = {job_id: job.priority for job_id, job in rows.items()}
         dispatcher, unsent = self.rt.dispatcher, 0
         sends = [
-            *((f"job {j}: re-sending plan", PLAN, JobPayload(job_id=j), CONTROL_QUEUE, j) for j in result.plan),
-            *(
-                (
-                    f"job {j} chunk {c}: re-sending render",
-                    RENDER_CHUNK,
-                    ChunkPayload(job_id=j, chunk_id=c),
-                    render_queue(families[j]),
-                    j,
-                )
-                for j, c in result.render
-            ),
-            *((f"job {j}: re-sending stitch", STITCH, JobPayload(job_id=j), STITCH_QUEUE, j) for j in result.stitch),
+            *((f"job {j}: re-sending plan", PLAN, j, None) for j in result.plan),
+            *((f"job {j} chunk {c}: re-sending render", RENDER_CHUNK, j, c) for j, c in result.render),
+            *((f"job {j}: re-sending stitch", STITCH, j, None) for j in result.stitch),
         ]
-        for line, task, payload, queue, job_id in sends:
+        for line, task, job_id, chunk_id in sends:
             logger.warning("%s", line)
+            again = message(task, job_id, chunk_id=chunk_id, family=families[job_id], priority=priorities[job_id])
             try:
-                dispatcher.send(task, payload, queue=queue, priority=priorities[job_id])
+                send_all(dispatcher, [again])
             except Exception as exc:
                 unsent += 1
                 logger.debug("%s failed: %s", line, exc)
@@ -229,7 +212,8 @@ def _relay_webhooks(celery: Celery, settings: Settings) -> None:
     """Ask a worker to deliver the webhook outbox's due events (``workers.webhooks``). A tick no worker takes in time
     expires; the next one covers it, and a tick lost with the broker loses nothing: the outbox is in Postgres."""
     try:
-        celery.send_task(DELIVER_WEBHOOKS, queue=CONTROL_QUEUE, expires=max(settings.webhook_poll_seconds * 2, 5.0))
+        queue = TASKS[DELIVER_WEBHOOKS].queue
+        celery.send_task(DELIVER_WEBHOOKS, queue=queue, expires=max(settings.webhook_poll_seconds * 2, 5.0))
     except Exception as exc:  # the broker is away: the sweep has said so already
         logger.debug("webhook relay tick not sent: %s", exc)
 

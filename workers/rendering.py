@@ -18,14 +18,15 @@ from pathlib import Path
 
 from sqlalchemy.exc import OperationalError
 
-from shared import admission, fairness, jobs
+from shared import fairness, jobs
 from shared.db import session_scope
+from shared.dispatch import send_all
 from shared.errors import FfmpegError, LeaseLostError, ProcessorError, SwapfarmError
 from shared.log_context import job_context
 from shared.media import MediaInfo, frame_times
 from shared.options import JobOptions
 from shared.processes import StderrTail, child_env
-from shared.tasks import RENDER_CHUNK, STITCH, STITCH_QUEUE, ChunkPayload, JobPayload, render_queue
+from shared.tasks import RENDER_CHUNK, STITCH, message
 from workers import ffmpeg, notices
 from workers.engines.base import Degradation
 from workers.frames import FrameReader, FrameWriter
@@ -66,10 +67,7 @@ def render_chunk(job_id: str, chunk_id: str, rt: Runtime) -> None:
         # ``shared.reaper``). The claimed chunk's own message stays in the broker as a spare token.
         orphaned = fairness.still_queued(session, chunk_id) if claim.chunk_id != chunk_id else None
     if orphaned is not None:
-        queue, named_priority = orphaned
-        rt.dispatcher.send(
-            RENDER_CHUNK, ChunkPayload(job_id=job_id, chunk_id=chunk_id), queue=queue, priority=named_priority
-        )
+        send_all(rt.dispatcher, [orphaned])
     with job_context(job_id=claim.job_id, chunk_id=claim.chunk_id), notices.collecting() as found:
         _render_claimed(rt, claim, options, media, target_url, source_urls, priority)
     notices.record(rt.db, claim.job_id, found)
@@ -114,15 +112,15 @@ def _render_claimed(
             error = ProcessorError(f"an unexpected error ({type(exc).__name__}) stopped the chunk; see the worker log")
         logger.warning("job %s chunk %s: attempt %d failed: %s", job_id, chunk_id, claim.attempt, error)
         with session_scope(rt.db) as session:
-            outcome = jobs.fail_chunk(session, claim, error, settings.max_attempts)
+            outcome = jobs.fail_chunk(
+                session, claim, error, settings.max_attempts, default_limit=settings.max_running_jobs_per_tenant
+            )
         if outcome.retry:
             rt.metrics.retries.labels(step="render").inc()
             countdown = settings.retry_backoff_seconds * 2 ** (claim.attempt - 1)
-            payload = ChunkPayload(job_id=job_id, chunk_id=chunk_id)
-            queue = render_queue(options.family)
-            rt.dispatcher.send(RENDER_CHUNK, payload, queue=queue, countdown=countdown, priority=priority)
-        if outcome.job_failed:
-            admission.release(rt.db, rt.dispatcher, job_id, settings.max_running_jobs_per_tenant)
+            again = message(RENDER_CHUNK, job_id, chunk_id=chunk_id, family=options.family, priority=priority)
+            rt.dispatcher.send(again.task, again.payload, queue=again.queue, countdown=countdown, priority=priority)
+        send_all(rt.dispatcher, outcome.messages)  # the waiting jobs a failed job made room for
         return
     seconds = time.monotonic() - started
     rt.metrics.chunk_rendered(
@@ -130,7 +128,7 @@ def _render_claimed(
     )
     logger.info("job %s chunk %s: done in %.1fs", job_id, chunk_id, seconds)
     if last:
-        rt.dispatcher.send(STITCH, JobPayload(job_id=job_id), queue=STITCH_QUEUE, priority=priority)
+        send_all(rt.dispatcher, [message(STITCH, job_id, family=options.family, priority=priority)])
 
 
 def _render(

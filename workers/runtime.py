@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from shared.dispatch import Dispatcher
 from shared.settings import Settings
 from shared.storage import Storage
 from workers.metrics import WorkerMetrics
+
+if TYPE_CHECKING:
+    from celery import Celery
 
 
 @dataclass(frozen=True)
@@ -19,6 +23,9 @@ class Runtime:
     hostname: str
     family: str
     metrics: WorkerMetrics = field(default_factory=WorkerMetrics)
+    celery: Celery | None = (
+        None  # the Celery application of the process, where it has one (the reaper reads its broker)
+    )
 
     @property
     def db(self) -> str:

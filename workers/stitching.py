@@ -12,9 +12,10 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
-from shared import admission, jobs, quotas
+from shared import jobs, quotas
 from shared.db import session_scope
-from shared.errors import LeaseLostError, SwapfarmError
+from shared.dispatch import send_all
+from shared.errors import LeaseLostError, StitchMismatchError, SwapfarmError
 from shared.events import EventKind, record
 from shared.media import MediaInfo, frame_times
 from shared.options import JobOptions
@@ -27,7 +28,7 @@ logger = logging.getLogger(__name__)
 
 
 def stitch(job_id: str, rt: Runtime) -> None:
-    lease = rt.settings.lease_seconds
+    lease, limit = rt.settings.lease_seconds, rt.settings.max_running_jobs_per_tenant
     with session_scope(rt.db) as session:
         token = jobs.begin_stitch(session, job_id, lease, worker=rt.hostname)
         job = jobs.get_job(session, job_id) if token else None
@@ -60,16 +61,15 @@ def stitch(job_id: str, rt: Runtime) -> None:
                 output_times = frame_times(stitched)
                 counted = len(output_times)
                 if frames_total is not None and counted != frames_total:
-                    raise SwapfarmError(
-                        f"stitched output has {counted} frames, expected {frames_total}", code="stitch_mismatch"
-                    )
+                    raise StitchMismatchError(f"stitched output has {counted} frames, expected {frames_total}")
                 _stills(rt, job_id, target, stitched, times, output_times, media, tmp)
             if not beat.alive:
                 raise LeaseLostError(f"job {job_id}: stitch lease lost")
             output_bytes = stitched.stat().st_size
             rt.storage.upload(stitched, output_url)
         with session_scope(rt.db) as session:
-            if not jobs.finish_job(session, job_id, token, output_url):
+            finished = jobs.finish_job(session, job_id, token, output_url, default_limit=limit)
+            if not finished.changed:
                 raise LeaseLostError(f"job {job_id}: stitch lease lost before publishing")
             quotas.add_stored(session, job_id, output_bytes)
     except LeaseLostError:
@@ -85,13 +85,13 @@ def stitch(job_id: str, rt: Runtime) -> None:
     except SwapfarmError as exc:
         logger.error("job %s: stitch failed: %s", job_id, exc)
         with session_scope(rt.db) as session:
-            jobs.fail_job(session, job_id, exc.code, exc.message)
-        admission.release(rt.db, rt.dispatcher, job_id, rt.settings.max_running_jobs_per_tenant)
+            failed = jobs.fail_job(session, job_id, exc, default_limit=limit)
+        send_all(rt.dispatcher, failed.messages)
         return
     rt.metrics.stitch_seconds.observe(time.monotonic() - started)
     rt.storage.delete(rt.storage.job_url(job_id, "chunks"), recursive=True)
     logger.info("job %s: succeeded, %s", job_id, output_url)
-    admission.release(rt.db, rt.dispatcher, job_id, rt.settings.max_running_jobs_per_tenant)
+    send_all(rt.dispatcher, finished.messages)
 
 
 def _stitch(

@@ -15,7 +15,7 @@ import httpx
 
 from shared import webhooks
 from shared.db import session_scope
-from shared.errors import CallbackUrlError
+from shared.errors import CallbackUrlError, WebhookHttpError, WebhookTimeoutError, WebhookUnreachableError
 from shared.models import utcnow
 from shared.settings import Settings
 from workers.runtime import Runtime
@@ -79,9 +79,11 @@ def attempt(claim: webhooks.Claim, settings: Settings) -> webhooks.Outcome:
                 target.pinned_url(), content=body, headers=headers, extensions={"sni_hostname": target.host}
             )
     except httpx.TimeoutException:
-        return webhooks.Outcome(False, "webhook_timeout", f"no answer within {settings.webhook_timeout_seconds:g}s")
+        return webhooks.Outcome(
+            False, WebhookTimeoutError.code, f"no answer within {settings.webhook_timeout_seconds:g}s"
+        )
     except httpx.HTTPError as exc:
-        return webhooks.Outcome(False, "webhook_unreachable", f"{type(exc).__name__}: {exc}"[:300])
+        return webhooks.Outcome(False, WebhookUnreachableError.code, f"{type(exc).__name__}: {exc}"[:300])
     if response.is_success:
         return webhooks.Outcome(True, None, f"HTTP {response.status_code}")
-    return webhooks.Outcome(False, f"webhook_http_{response.status_code}", f"HTTP {response.status_code}")
+    return webhooks.Outcome(False, WebhookHttpError.code_for(response.status_code), f"HTTP {response.status_code}")

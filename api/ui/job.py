@@ -29,11 +29,12 @@ from api.ui.sessions import (
     csrf_ok,
 )
 from api.views import chunk_view, event_view, job_view, owned_job, tenant_names
-from shared import control, jobs
+from shared import control
 from shared.db import session_scope
 from shared.dispatch import send_all
 from shared.errors import NotFoundError
 from shared.models import Chunk, JobEvent
+from shared.progress import progress_of
 from shared.settings import Settings
 from shared.states import FINISHED_JOB_STATES, JobStatus
 from shared.storage import Storage
@@ -76,7 +77,7 @@ def _job_context(request: Request, viewer: Viewer, job_id: str) -> dict[str, Any
     settings: Settings = request.app.state.settings
     with session_scope(settings.database_url) as session:
         job = owned_job(session, viewer.principal, job_id)
-        view = job_view(job, jobs.progress(session, job), settings, tenant_names(session, viewer.principal, [job]))
+        view = job_view(job, progress_of(session, job), settings, tenant_names(session, viewer.principal, [job]))
         chunks: list[ChunkView] = [
             chunk_view(c)
             for c in session.scalars(

@@ -23,9 +23,9 @@ from api.ui.sessions import (
     Viewer,
 )
 from api.views import job_view, page_progress, tenant_names
-from shared import jobs
 from shared.db import session_scope
 from shared.models import Job, Tenant
+from shared.progress import progress_of
 from shared.settings import Settings
 from shared.states import JobStatus
 
@@ -68,7 +68,7 @@ def _list(session: Session, viewer: Viewer, filters: Filters, settings: Settings
     progress = page_progress(session, rows)
     for job in rows:  # the measured rate and ETA, for the jobs rendering now
         if job.status == JobStatus.RENDERING:
-            progress[job.id] = jobs.progress(session, job)
+            progress[job.id] = progress_of(session, job)
     names = tenant_names(session, principal, rows)
     return [job_view(job, progress[job.id], settings, names) for job in rows]
 

@@ -9,9 +9,10 @@ from datetime import timedelta
 from pydantic import BaseModel
 from sqlalchemy import func, select, update
 
-from shared import admission, control, events, jobs
+from shared import control, events, jobs, lifecycle
 from shared.db import session_scope
-from shared.errors import ProcessorError
+from shared.dispatch import send_all
+from shared.errors import FfmpegError, ProcessorError
 from shared.models import ApiKey, Chunk, Job, new_id, utcnow
 from shared.options import JobOptions
 from shared.states import ACTIVE_JOB_STATES
@@ -49,7 +50,7 @@ def _submit(url: str, tenant_id: str, priority: int = 5, default_limit: int = 4)
             s, job_id=job_id, options=JobOptions(processors=["passthrough"]), target_url="file:///t.mp4",
             source_urls=[], target_name="t.mp4", tenant_id=tenant_id, priority=priority,
         )  # fmt: skip
-        admitted = admission.admit(s, tenant_id, default_limit)
+        admitted = lifecycle.admit(s, tenant_id, default_limit)
     return job_id, [m.payload.job_id for m in admitted]
 
 
@@ -78,8 +79,9 @@ def test_a_tenant_runs_its_limit_of_jobs_and_the_rest_wait_most_urgent_then_olde
 
     sent = Recorder()
     with session_scope(database_url) as s:
-        assert jobs.fail_job(s, first, "processor_failed", "boom")
-    admission.release(database_url, sent, first, default_limit=4)
+        failed = jobs.fail_job(s, first, ProcessorError("boom"), default_limit=4)
+        assert failed.changed
+    send_all(sent, failed.messages)  # after the commit that ended the job and admitted the next
     assert sent.sent == [(PLAN, {"job_id": urgent}, 8)], "the more urgent job goes first"
 
     with session_scope(database_url) as s:
@@ -143,7 +145,7 @@ def test_retry_renders_only_the_chunks_not_done_with_a_fresh_attempt_budget(data
         with session_scope(database_url) as s:
             claim = jobs.claim_chunk(s, failing_id, worker="w1", family="cpu", lease_seconds=60)
             assert claim is not None
-            jobs.fail_chunk(s, claim, ProcessorError("boom"), max_attempts=3)
+            jobs.fail_chunk(s, claim, ProcessorError("boom"), max_attempts=3, default_limit=4)
     assert _status(database_url, job_id) == "failed"
 
     with session_scope(database_url) as s:
@@ -160,7 +162,7 @@ def test_retry_renders_only_the_chunks_not_done_with_a_fresh_attempt_budget(data
         claim = jobs.claim_chunk(s, failing_id, worker="w2", family="cpu", lease_seconds=60)
         assert claim is not None and claim.attempt == 4
         # one failure after the retry is below the limit again: retried, not failed
-        assert jobs.fail_chunk(s, claim, ProcessorError("again"), max_attempts=3).retry
+        assert jobs.fail_chunk(s, claim, ProcessorError("again"), max_attempts=3, default_limit=4).retry
     kinds = _kinds(database_url, job_id)
     assert kinds.count("chunk_failed") == 4 and "retried" in kinds and kinds.count("admitted") == 2
 
@@ -171,7 +173,7 @@ def test_a_job_that_failed_while_stitching_is_retried_by_stitching_again(databas
         claim = jobs.claim_chunk(s, chunk_id, worker="w1", family="cpu", lease_seconds=60)
         assert claim is not None
         assert jobs.finish_chunk(s, claim, "file:///0.mp4", 1.0)
-        jobs.fail_job(s, job_id, "ffmpeg_failed", "stitch broke")
+        jobs.fail_job(s, job_id, FfmpegError("stitch broke"), default_limit=4)
     with session_scope(database_url) as s:
         outcome = control.retry_job(s, job_id, default_limit=4)
     assert [m.task for m in outcome.messages] == [STITCH]
@@ -181,7 +183,7 @@ def test_a_job_that_failed_while_stitching_is_retried_by_stitching_again(databas
 def test_finished_jobs_expire_after_the_retention_time_and_cannot_be_retried(database_url: str) -> None:
     job_id, _ = _planned(database_url, _tenant(database_url, None), 1)
     with session_scope(database_url) as s:
-        jobs.fail_job(s, job_id, "processor_failed", "boom")
+        jobs.fail_job(s, job_id, ProcessorError("boom"), default_limit=4)
         s.execute(update(Job).where(Job.id == job_id).values(finished_at=utcnow() - timedelta(hours=2)))
     with session_scope(database_url) as s:
         assert job_id in control.expire_due(s, ttl_seconds=3600)
@@ -201,14 +203,14 @@ def test_every_change_of_a_job_is_in_its_event_log_with_workers_and_errors(datab
     with session_scope(database_url) as s:
         claim = jobs.claim_chunk(s, chunk_id, worker="w1@host", family="cpu", lease_seconds=60)
         assert claim is not None
-        jobs.fail_chunk(s, claim, ProcessorError("boom"), max_attempts=3)
+        jobs.fail_chunk(s, claim, ProcessorError("boom"), max_attempts=3, default_limit=4)
     with session_scope(database_url) as s:
         claim = jobs.claim_chunk(s, chunk_id, worker="w2@host", family="cpu", lease_seconds=60)
         assert claim is not None
         assert jobs.finish_chunk(s, claim, "file:///0.mp4", 1.0)
         token = jobs.begin_stitch(s, job_id, 60, worker="w3@host")
         assert token is not None
-        assert jobs.finish_job(s, job_id, token, "file:///out.mp4")
+        assert jobs.finish_job(s, job_id, token, "file:///out.mp4", default_limit=4).changed
     with session_scope(database_url) as s:
         log = [(e.kind, e.status, e.chunk_index, e.attempt, e.worker, e.error_code) for e in events.after(s, job_id)]
     assert log == [

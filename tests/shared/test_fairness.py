@@ -11,12 +11,12 @@ from collections.abc import Iterator
 import pytest
 from sqlalchemy import select, update
 
-from shared import admission, fairness, jobs
+from shared import fairness, jobs, lifecycle
 from shared.db import session_scope
 from shared.jobs import ChunkPlan
 from shared.models import Chunk, Job, new_id
 from shared.options import JobOptions
-from shared.tasks import ADMIN_PRIORITY
+from shared.tasks import ADMIN_PRIORITY, ChunkPayload
 from shared.tenants import ensure_tenant
 
 
@@ -38,7 +38,7 @@ def _rendering_job(url: str, tenant_id: str, family: str, priority: int, chunks:
             s, job_id=job_id, options=JobOptions(processors=["passthrough"]), target_url="file:///t.mp4",
             source_urls=[], target_name="t.mp4", tenant_id=tenant_id, priority=priority,
         )  # fmt: skip
-        admission.admit(s, tenant_id, 100)
+        lifecycle.admit(s, tenant_id, 100)
         token = jobs.begin_plan(s, job_id, 60)
         assert token is not None
         plan = [ChunkPlan(i, i, i + 1, i / 30) for i in range(chunks)]
@@ -127,5 +127,7 @@ def test_a_token_spent_on_a_fairer_chunk_leaves_its_own_chunk_a_queue_to_be_sent
     with session_scope(database_url) as s:
         claim = fairness.claim_next(s, named, worker="w1", family="cpu", lease_seconds=60)
         assert claim is not None and claim.job_id == other
-        assert fairness.still_queued(s, named) == (f"render.{family}", 9)
+        again = fairness.still_queued(s, named)
+        assert again is not None and (again.queue, again.priority) == (f"render.{family}", 9)
+        assert again.payload == ChunkPayload(job_id=again.payload.job_id, chunk_id=named)
         assert fairness.still_queued(s, claim.chunk_id) is None, "the claimed chunk is running, not queued"

@@ -8,11 +8,12 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import update
 
-from shared import events, jobs
+from shared import events, jobs, reaper
 from shared.db import session_scope
-from shared.errors import LeaseLostError, ProcessorError
+from shared.errors import LeaseLostError, ProcessorError, WorkerLostError
 from shared.models import Chunk, new_id, utcnow
 from shared.options import JobOptions
+from shared.progress import progress_of
 from shared.states import ChunkStatus, JobStatus
 
 
@@ -93,17 +94,17 @@ def test_the_reaper_requeues_an_expired_lease_then_fails_the_job_at_the_limit(da
         assert _claim(database_url, chunk_id) is not None
         _expire(database_url, chunk_id)
         with session_scope(database_url) as s:
-            result = jobs.reap(s, max_attempts=3, requeue_after=300)
+            result = reaper.reap(s, max_attempts=3, requeue_after=300, default_limit=4)
         assert (job_id, chunk_id) in result.render, f"attempt {attempt} not requeued"
     assert _claim(database_url, chunk_id) is not None
     _expire(database_url, chunk_id)
     with session_scope(database_url) as s:
-        result = jobs.reap(s, max_attempts=3, requeue_after=300)
+        result = reaper.reap(s, max_attempts=3, requeue_after=300, default_limit=4)
         assert job_id in result.failed
         job = jobs.get_job(s, job_id)
         chunk = s.get(Chunk, chunk_id)
         assert job is not None and chunk is not None
-        assert job.status == JobStatus.FAILED and job.error_code == jobs.WORKER_LOST
+        assert job.status == JobStatus.FAILED and job.error_code == WorkerLostError.code
         assert chunk.status == ChunkStatus.FAILED and chunk.attempts == 3
 
 
@@ -115,7 +116,7 @@ def test_a_failed_attempt_is_retried_below_the_limit_and_fails_the_job_at_it(dat
         claim = _claim(database_url, chunk_id)
         assert claim is not None
         with session_scope(database_url) as s:
-            outcomes.append(jobs.fail_chunk(s, claim, error, max_attempts=3))
+            outcomes.append(jobs.fail_chunk(s, claim, error, max_attempts=3, default_limit=4))
     assert [o.retry for o in outcomes] == [True, True, False]
     with session_scope(database_url) as s:
         job = jobs.get_job(s, job_id)
@@ -140,16 +141,16 @@ def test_a_lost_plan_message_is_sent_again(database_url: str) -> None:
         )
         job.enqueued_at = utcnow() - timedelta(seconds=600)
     with session_scope(database_url) as s:
-        assert job_id in jobs.reap(s, max_attempts=3, requeue_after=300).plan
+        assert job_id in reaper.reap(s, max_attempts=3, requeue_after=300, default_limit=4).plan
     with session_scope(database_url) as s:  # and not again straight away
-        assert job_id not in jobs.reap(s, max_attempts=3, requeue_after=300).plan
+        assert job_id not in reaper.reap(s, max_attempts=3, requeue_after=300, default_limit=4).plan
 
 
 def _progress(url: str, job_id: str) -> jobs.Progress:
     with session_scope(url) as s:
         job = jobs.get_job(s, job_id)
         assert job is not None
-        return jobs.progress(s, job)
+        return progress_of(s, job)
 
 
 def test_a_job_is_recovering_from_a_lost_worker_until_a_worker_takes_its_work_again(database_url: str) -> None:
@@ -168,7 +169,7 @@ def test_a_job_is_recovering_from_a_lost_worker_until_a_worker_takes_its_work_ag
     overdue = _progress(database_url, job_id)
     assert overdue.recovering and overdue.eta_seconds is None
     with session_scope(database_url) as s:
-        assert (job_id, second) in jobs.reap(s, max_attempts=3, requeue_after=300).render
+        assert (job_id, second) in reaper.reap(s, max_attempts=3, requeue_after=300, default_limit=4).render
     assert _progress(database_url, job_id).recovering, "re-queued, not yet taken again"
     assert _claim(database_url, second, "w2") is not None
     assert not _progress(database_url, job_id).recovering
@@ -179,7 +180,7 @@ def test_a_chunk_done_at_last_shows_no_error_and_its_events_keep_the_failed_atte
     claim = _claim(database_url, chunk_id)
     assert claim is not None
     with session_scope(database_url) as s:
-        assert jobs.fail_chunk(s, claim, ProcessorError("boom"), max_attempts=3).retry
+        assert jobs.fail_chunk(s, claim, ProcessorError("boom"), max_attempts=3, default_limit=4).retry
     with session_scope(database_url) as s:
         assert s.get_one(Chunk, chunk_id).error_code == "processor_failed"
     retry = _claim(database_url, chunk_id)

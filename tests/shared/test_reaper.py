@@ -17,8 +17,10 @@ from shared import jobs, reaper
 from shared.broker import broker_contents, make_celery
 from shared.db import session_scope
 from shared.dispatch import CeleryDispatcher
+from shared.errors import ProcessorError
 from shared.models import Chunk, Job, JobEvent, new_id, utcnow
 from shared.options import JobOptions
+from shared.progress import progress_of
 from shared.settings import Settings
 from shared.states import JobStatus
 from shared.tasks import CONTROL_QUEUE, PLAN, RENDER_CHUNK, STITCH, ChunkPayload, JobPayload, render_queue
@@ -170,11 +172,11 @@ def test_the_broker_found_unreachable_is_told_to_every_job_that_has_not_ended(se
     active, _ = _job(url, 2)
     ended, _ = _job(url)
     with session_scope(url) as s:
-        jobs.fail_job(s, ended, "x", "x")
+        jobs.fail_job(s, ended, ProcessorError("x"), default_limit=4)
         assert active in reaper.note_broker_unreachable(s, "ConnectionError: refused")
     with session_scope(url) as s:
         rows = s.scalars(select(JobEvent).where(JobEvent.job_id.in_([active, ended])).order_by(JobEvent.id)).all()
         kinds = {job_id: [e.kind for e in rows if e.job_id == job_id] for job_id in (active, ended)}
         job = s.get_one(Job, active)
         assert kinds[active][-1] == "broker_unreachable" and "broker_unreachable" not in kinds[ended]
-        assert jobs.progress(s, job).recovering
+        assert progress_of(s, job).recovering

@@ -18,6 +18,7 @@ from shared.db import session_scope
 from shared.dispatch import CeleryDispatcher
 from shared.models import Chunk, Job, JobEvent, new_id, utcnow
 from shared.options import JobOptions
+from shared.progress import progress_of
 from shared.settings import Settings
 from shared.storage import Storage
 from shared.tasks import RENDER_CHUNK
@@ -112,7 +113,7 @@ def test_a_broker_away_then_back_empty_gets_every_queued_chunk_again_and_each_jo
     assert kinds.count("broker_unreachable") == 1, kinds
     assert kinds.count("chunk_requeued") == 1, "leases are reclaimed while the broker is away"
     with session_scope(url) as s:
-        assert jobs.progress(s, s.get_one(Job, job_id)).recovering
+        assert progress_of(s, s.get_one(Job, job_id)).recovering
 
     redis_server.start()  # empty
     with session_scope(url) as s:  # past the grace a sender gets before its message counts as lost

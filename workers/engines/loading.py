@@ -22,10 +22,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import cast
 
 from shared.errors import ModelError
-from shared.options import AcceleratorFamily, Enhancer, Swapper
+from shared.options import AcceleratorFamily
 from shared.settings import CompileMode, EngineName, Precision, Settings
 from workers.engines.base import Degradation, Engine
 from workers.engines.batching import FittedBatches
@@ -205,30 +204,6 @@ def load_model(path: Path, settings: Settings, *, name: str, batch_input: str) -
             _ONNX_MODELS[key] = LoadedModel(engine, engine.fixed_batch(batch_input), batches, name, fallback)
             _LOADED.append(_ONNX_MODELS[key])
         return _ONNX_MODELS[key]
-
-
-def warm_in_background(settings: Settings) -> threading.Thread:
-    """Load ``settings.warm_models`` (swappers and enhancers, by name) on a daemon thread and compile each at its
-    largest batch — the one a busy worker runs — so a worker process compiles as it starts, not in its first task;
-    a task that needs a model meanwhile waits for it. Other batch sizes compile when first needed. Failures are
-    logged: the task that needs the model will raise them."""
-
-    def warm() -> None:
-        from workers.faces.enhancing import ENHANCERS, FaceEnhancer
-        from workers.faces.swapping import SWAPPERS, FaceSwapper
-
-        for name in settings.warm_models:
-            try:
-                if name in SWAPPERS:
-                    FaceSwapper.load(cast(Swapper, name), settings).engine.warmup()
-                elif name in ENHANCERS:
-                    FaceEnhancer.load(cast(Enhancer, name), settings).engine.warmup()
-            except Exception:
-                logger.exception("warm_models: warming %s failed", name)
-
-    thread = threading.Thread(target=warm, name="swapfarm-warm-models", daemon=True)
-    thread.start()
-    return thread
 
 
 @cache

@@ -1,0 +1,91 @@
+"""The step function of each task of the farm's table (``shared.tasks.TASKS``): what a worker runs for a message.
+
+Both the Celery worker (``workers.celery_app``) and ``swapfarm run`` (``workers.embedded``) run a task as
+``STEPS[name](rt, payload)``, inside the job's log context; the table says the payload type and the retry policy.
+``tests/workers/test_steps.py`` checks that every task of the table has a step here, and nothing else.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Final
+
+from sqlalchemy.exc import OperationalError
+
+from shared.log_context import job_context
+from shared.tasks import (
+    DELIVER_WEBHOOKS,
+    PLAN,
+    REAP,
+    RENDER_CHUNK,
+    STITCH,
+    TASKS,
+    ChunkPayload,
+    JobPayload,
+    NoPayload,
+    Payload,
+)
+from workers import planning, reaping, rendering, stitching, webhooks
+from workers.runtime import Runtime
+
+__all__ = ["STEPS", "Step", "run_step"]
+
+logger = logging.getLogger(__name__)
+
+Step = Callable[[Runtime, Payload], None]
+
+
+def _plan(rt: Runtime, payload: Payload) -> None:
+    assert isinstance(payload, JobPayload)
+    planning.plan(payload.job_id, rt)
+
+
+def _render(rt: Runtime, payload: Payload) -> None:
+    assert isinstance(payload, ChunkPayload)
+    rendering.render_chunk(payload.job_id, payload.chunk_id, rt)
+
+
+def _stitch(rt: Runtime, payload: Payload) -> None:
+    assert isinstance(payload, JobPayload)
+    stitching.stitch(payload.job_id, rt)
+
+
+def _reap(rt: Runtime, payload: Payload) -> None:
+    # Periodic, so the next tick is its retry: retrying each failed tick too would pile reaps up in an outage.
+    try:
+        reaping.reap(rt, rt.celery)
+    except OperationalError:
+        logger.warning("reap skipped: the database is unavailable; the next tick tries again")
+
+
+def _deliver_webhooks(rt: Runtime, payload: Payload) -> None:
+    # Periodic like the reaper: a failed tick is retried by the next one, the outbox keeps what is due.
+    try:
+        webhooks.deliver_due(rt)
+    except OperationalError:
+        logger.warning("webhooks not delivered: the database is unavailable; the next tick tries again")
+
+
+STEPS: Final[dict[str, Step]] = {
+    PLAN: _plan,
+    RENDER_CHUNK: _render,
+    STITCH: _stitch,
+    REAP: _reap,
+    DELIVER_WEBHOOKS: _deliver_webhooks,
+}
+
+
+def run_step(rt: Runtime, task: str, fields: dict[str, object]) -> None:
+    """Run ``task``'s step on the payload made of ``fields`` (a message's keyword arguments), in its job's context.
+
+    Raises:
+        KeyError: ``task`` is not in the table.
+        pydantic.ValidationError: ``fields`` are not the task's payload.
+    """
+    payload = TASKS[task].payload.model_validate(fields)
+    if isinstance(payload, NoPayload):
+        STEPS[task](rt, payload)
+        return
+    with job_context(job_id=payload.job_id, chunk_id=getattr(payload, "chunk_id", None)):
+        STEPS[task](rt, payload)
