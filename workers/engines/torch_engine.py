@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 from shared.errors import ModelError
+from shared.families import FAMILIES
 from shared.settings import CompileMode, Precision
 from workers import notices
 from workers.engines.base import Tensor
@@ -504,18 +505,20 @@ def _size(count: int | None) -> str:
 
 
 def device_for(family: str) -> str:
-    """The torch device of an accelerator family: CUDA and ROCm both appear as ``cuda``; MPS as ``mps`` (the CPU,
-    reported as ``mps_unavailable``, when torch cannot use it); everything else (cpu, openvino) runs torch on the
-    CPU.
+    """The torch device of an accelerator family (:attr:`shared.families.FamilySpec.torch_device`): CUDA and ROCm
+    both appear as ``cuda``; MPS as ``mps`` (the CPU, reported as ``mps_unavailable``, when torch cannot use it);
+    everything else (cpu, openvino) runs torch on the CPU.
 
     Raises:
         ModelError: the family's device is not usable by this torch build.
     """
-    if family in {"cuda", "rocm"}:
+    spec = next((spec for spec in FAMILIES.values() if spec.name == family), None)
+    wanted = spec.torch_device if spec is not None else "cpu"
+    if wanted == "cuda":
         if not torch.cuda.is_available():
             raise ModelError(f"the worker's family is {family} but torch sees no GPU (torch {torch.__version__})")
         return "cuda"
-    if family == "mps":
+    if wanted == "mps":
         if torch.backends.mps.is_available():
             return "mps"
         notices.report(
