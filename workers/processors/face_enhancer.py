@@ -22,8 +22,8 @@ from workers.faces.cropping import FaceCrops, gather_crops, paste_crops
 from workers.faces.detection import FaceDetector
 from workers.faces.enhancing import FaceEnhancer
 from workers.faces.recognition import FaceEmbedder
+from workers.faces.targeting import FaceTargeter
 from workers.processors.base import FrameBatch, ProcessorContext, Reporter, Stage, Work, register
-from workers.processors.targeting import FaceTargeter
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +42,8 @@ class FaceEnhancerProcessor:
         batches: faces per enhancer call fitted to the device's memory, halved on out-of-memory.
         mask_blur, mask_padding: the paste-back box mask (:func:`workers.faces.alignment.box_mask`).
     """
+
+    touches_pixels = True
 
     def __init__(
         self,

@@ -4,7 +4,7 @@ Per batch of frames: detect (one detector call per frame, shared with the rest o
 selected face of the whole batch onto the swapper's template, swap them in batches fitted to memory, and paste
 them back with a feathered box mask — three stages the render pipeline overlaps (:meth:`stages`). The source
 identity is computed once, when the processor is built (see
-:mod:`workers.processors.targeting` for which source images count as identity and which as reference).
+:mod:`workers.faces.targeting` for which source images count as identity and which as reference).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from workers.faces.cropping import FaceCrops, gather_crops, paste_crops
 from workers.faces.detection import FaceDetector
 from workers.faces.recognition import FaceEmbedder, source_identity
 from workers.faces.swapping import FaceSwapper, Latent
+from workers.faces.targeting import FaceTargeter, identity_sources
 from workers.processors.base import FrameBatch, ProcessorContext, Reporter, Stage, Work, register
-from workers.processors.targeting import FaceTargeter, identity_sources
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +41,8 @@ class FaceSwapperProcessor:
         batches: faces per swapper call fitted to the device's memory, halved on out-of-memory.
         mask_blur, mask_padding: the paste-back box mask (:func:`workers.faces.alignment.box_mask`).
     """
+
+    touches_pixels = True
 
     def __init__(
         self,
