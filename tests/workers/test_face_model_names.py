@@ -14,8 +14,8 @@ from workers.faces.swapping import SWAPPERS
 from workers.models.registry import REGISTRY
 from workers.processors import registered
 
-# Modules of workers/processors that hold no processor.
-NOT_PROCESSORS = {"base"}
+# Modules of workers/processors that hold no processor: the interface and registry, the crop-and-paste template.
+NOT_PROCESSORS = {"base", "crop_paste"}
 
 
 def _registered_of_kind(kind: str) -> set[str]:
