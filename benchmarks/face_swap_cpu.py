@@ -219,8 +219,8 @@ def levers(rounds: int, batch: int) -> None:
     import torch
 
     from tests.support.replicas import inswapper_128
+    from workers.engines.compiling import conversion, use_compile_cache
     from workers.engines.onnx_to_torch import convert
-    from workers.engines.torch_engine import conversion, use_compile_cache
 
     path = BENCH / "models" / "inswapper_128.onnx"
     if not path.exists():

@@ -50,9 +50,10 @@ from shared.options import JobOptions  # noqa: E402
 from shared.settings import CompileMode, Settings  # noqa: E402
 from tests.support import replicas  # noqa: E402
 from workers.embedded import run_local  # noqa: E402
+from workers.engines.compiling import use_compile_cache  # noqa: E402
 from workers.engines.memory import DeviceMemory, fitted_batch, memory_for  # noqa: E402
 from workers.engines.onnx_to_torch import convert  # noqa: E402
-from workers.engines.torch_engine import TorchEngine, use_compile_cache  # noqa: E402
+from workers.engines.torch_engine import TorchEngine  # noqa: E402
 
 # The reference media and models lie beside the checkout (shared/data of the project's workspace).
 DATA_CANDIDATES = (ROOT.parent / "shared" / "data", ROOT / "shared" / "data")

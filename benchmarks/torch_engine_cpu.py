@@ -35,8 +35,9 @@ sys.path.insert(0, str(ROOT))
 
 from shared.settings import CompileMode, Precision  # noqa: E402
 from tests.support.replicas import inswapper_128  # noqa: E402
+from workers.engines.compiling import conversion, use_compile_cache  # noqa: E402
 from workers.engines.onnx_to_torch import convert  # noqa: E402
-from workers.engines.torch_engine import TorchEngine, conversion, use_compile_cache  # noqa: E402
+from workers.engines.torch_engine import TorchEngine  # noqa: E402
 
 BENCH = ROOT / "var" / "bench"
 MODEL = BENCH / "inswapper_128_full.onnx"

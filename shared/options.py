@@ -10,13 +10,14 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from shared.families import AcceleratorFamily as AcceleratorFamily  # the choices, re-exported
+
 ProcessorName = Literal["passthrough", "face_swapper", "face_enhancer", "face_blur", "face_debugger"]
 Detector = Literal["yunet", "scrfd", "retinaface", "yolo_face"]
 Swapper = Literal["inswapper_128", "inswapper_128_fp16", "hyperswap_1a_256", "simswap_256"]
 Enhancer = Literal["gfpgan_1.4", "gpen_bfr_512", "codeformer"]
 SelectorMode = Literal["all", "largest", "one", "reference"]
 QualityPreset = Literal["fast", "quality"]
-AcceleratorFamily = Literal["cuda", "rocm", "mps", "openvino", "cpu"]
 VideoEncoder = Literal["libx264", "libx265", "libvpx-vp9", "libsvtav1", "h264_nvenc", "hevc_nvenc"]
 EncoderPreset = Literal["ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow"]
 

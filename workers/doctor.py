@@ -21,16 +21,18 @@ from rich.table import Table
 from rich.text import Text
 
 from shared.errors import ModelError
-from shared.options import AcceleratorFamily
+from shared.families import FAMILIES, GPU_FAMILIES, AcceleratorFamily
+from shared.options import Enhancer, Swapper, choices
 from shared.settings import Settings
 from workers.engines.capability import probe_cpu
 from workers.engines.family import detect_family, torch_build
-from workers.engines.loading import GPU_FAMILIES, EngineChoice, choose_engine, compile_mode, max_batch
+from workers.engines.loading import EngineChoice, choose_engine, compile_mode, max_batch
 
 HARDWARE_CODECS = re.compile(r"nvenc|cuvid|_nvdec|vaapi|qsv|amf|videotoolbox|v4l2m2m|_mf\b|_vulkan|rkmpp|_d3d12va")
 """Names of ffmpeg encoders and decoders that use hardware."""
 
-HEAVY_MODELS = ("inswapper_128", "hyperswap_1a_256", "simswap_256", "gfpgan_1.4", "gpen_bfr_512", "codeformer")
+HEAVY_MODELS: tuple[str, ...] = (*choices(Swapper), *choices(Enhancer))
+"""The models whose engine the doctor reports: every swapper and enhancer a job can choose."""
 
 
 @dataclass
@@ -78,9 +80,10 @@ def _ffmpeg_section(report: Report, family: AcceleratorFamily) -> None:
     report.add("ffmpeg", "hwaccels", ", ".join(hwaccels) or "none")
     report.add("ffmpeg", "hardware encoders", ", ".join(encoders) or "none")
     report.add("ffmpeg", "hardware decoders", ", ".join(decoders) or "none")
-    if family == "cuda" and not any("nvenc" in name for name in encoders):
-        report.warnings.append("ffmpeg has no NVENC encoder: chunks are encoded by libx264 on the CPU")
-    elif family == "cuda":
+    expected = FAMILIES[family].hardware_encoder
+    if expected is not None and not any(expected in name for name in encoders):
+        report.warnings.append(f"ffmpeg has no {expected.upper()} encoder: chunks are encoded by libx264 on the CPU")
+    elif expected == "nvenc":
         report.add("ffmpeg", "note", "NVENC listed by ffmpeg; H100/H200-class GPUs have none (libx264 then)")
 
 

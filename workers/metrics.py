@@ -18,6 +18,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Proc
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from shared.families import FAMILIES
 from shared.settings import Settings
 from workers.notices import DegradationCollector
 
@@ -111,7 +112,8 @@ def _device_memory() -> Iterator[tuple[str, int]]:
     if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
         index = int(torch.cuda.current_device())
         free, total = torch.cuda.mem_get_info(index)
-        kind = "rocm" if getattr(torch.version, "hip", None) else "cuda"
+        build = "hip" if getattr(torch.version, "hip", None) else "cuda"
+        kind = next(spec.name for spec in FAMILIES.values() if spec.torch_build == build)  # cuda, rocm
         yield f"{kind}:{index}", int(total) - int(free)
     statm = Path("/proc/self/statm")
     if statm.exists():

@@ -152,7 +152,7 @@ def _render(
         context = ProcessorContext(options=options, sources=sources, settings=rt.settings, report=report)
         processors = [build(name, context) for name in options.processors]
         encoded = Path(tmp) / f"{claim.index:05d}.mp4"
-        if any(getattr(p, "touches_pixels", True) for p in processors):
+        if any(p.touches_pixels for p in processors):
             _process(rt, claim, media, options, processors, target, encoded, progress, beat)
         else:  # nothing looks at the pixels: one ffmpeg process, the same frames and timing as the pipes give
             _transcode(

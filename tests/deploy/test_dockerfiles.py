@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from shared.families import FAMILIES
 from tests.deploy.deployfiles import DOCKER, Instruction, dockerfiles, env_instructions, extras
 
 IMAGES = dockerfiles()
@@ -33,7 +34,8 @@ def _setup_extra(name: str) -> str:
 
 
 def test_the_images_are_the_api_and_one_worker_per_accelerator_family() -> None:
-    assert set(IMAGES) == {"api", "worker-cpu", "worker-cuda", "worker-rocm"}
+    assert set(IMAGES) == {"api"} | {spec.image for spec in FAMILIES.values() if spec.image is not None}
+    assert {"worker-cpu", "worker-cuda", "worker-rocm"} <= set(IMAGES)
 
 
 @pytest.mark.parametrize("name", sorted(IMAGES))
@@ -87,7 +89,10 @@ def test_the_api_image_has_no_worker_code_or_heavy_runtime() -> None:
 
 
 def test_each_worker_image_installs_its_familys_runtime() -> None:
-    families = {"worker-cuda": ("cuda", "onnxruntime-gpu"), "worker-rocm": ("rocm", "onnxruntime-migraphx")}
+    families = {spec.image: (spec.extra, spec.onnxruntime) for spec in FAMILIES.values() if spec.gpu and spec.image}
+    assert {"worker-cuda": ("cuda", "onnxruntime-gpu"), "worker-rocm": ("rocm", "onnxruntime-migraphx")}.items() <= (
+        families.items()
+    )
     for name, (extra, runtime) in families.items():
         assert f"--no-editable {extra}" in _run(name)
         assert any(dep.startswith(runtime) for dep in extras()[extra])
@@ -128,7 +133,7 @@ def test_constraints_pin_exact_versions_of_everything_the_images_install() -> No
     lines = [line for line in (DOCKER / "constraints.txt").read_text().splitlines() if not line.startswith("#")]
     pins = dict(line.split("==") for line in lines)
     assert all(re.fullmatch(r"[a-z0-9][a-z0-9._-]*", name) for name in pins), "canonical names, name==version"
-    for runtime in ("onnxruntime", "onnxruntime-gpu", "onnxruntime-migraphx", "onnxruntime-openvino"):
+    for runtime in {spec.onnxruntime for spec in FAMILIES.values() if spec.image is not None}:
         assert runtime in pins
     for dependency in extras()["api"] + extras()["worker-base"]:
         name = re.split(r"[\[<>=!~; ]", dependency)[0].lower()

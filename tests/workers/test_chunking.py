@@ -66,4 +66,4 @@ def test_pixel_free_jobs_get_long_chunks_and_face_jobs_the_face_length() -> None
     assert chunk_seconds_for(["face_swapper"], settings) == 10
     assert chunk_seconds_for(["passthrough", "face_blur"], settings) == 10
     context = ProcessorContext(options=JobOptions(processors=["passthrough"]), sources=[], settings=settings)
-    assert all(getattr(build(name, context), "touches_pixels", True) is False for name in PIXEL_FREE)
+    assert all(build(name, context).touches_pixels is False for name in PIXEL_FREE)

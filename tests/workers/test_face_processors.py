@@ -28,10 +28,10 @@ from workers.faces.alignment import estimate_transform, paste_region
 from workers.faces.detection import Face
 from workers.faces.recognition import FaceEmbedder, largest_face, source_identity
 from workers.faces.swapping import SWAPPERS, EmapProjection, FaceSwapper
+from workers.faces.targeting import FaceTargeter, identity_sources, reference_source
 from workers.processors import ProcessorContext, build, registered
 from workers.processors.face_blur import face_region
 from workers.processors.face_swapper import FaceSwapperProcessor
-from workers.processors.targeting import FaceTargeter, identity_sources, reference_source
 
 pytestmark = pytest.mark.skipif(not MODELS.exists(), reason="the reference data folder is not beside the checkout")
 

@@ -1,6 +1,9 @@
 """The engine interface: one object per loaded model, running named inputs to a list of outputs.
 
-ONNX Runtime implements it now; a compiled torch engine plugs in behind the same two methods.
+Two engines implement it: ONNX Runtime (:class:`workers.engines.onnx.OnnxEngine`) and the compiled torch engine
+(:class:`workers.engines.torch_engine.TorchEngine`, the ONNX graph converted by :mod:`workers.engines.onnx_to_torch`).
+:func:`workers.engines.loading.load_model` picks one per model and accelerator family; a model that takes a slower
+path than the one configured reports a :class:`Degradation`.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """Which accelerator family this worker has: the setting if given, else what the installed runtimes offer.
 
-Detection never initialises CUDA: it runs in the Celery prefork parent (the ``worker`` command), and a parent that
+Families are tried in the order of :data:`shared.families.FAMILIES`, by the providers and torch build its specs
+name. Detection never initialises CUDA: it runs in the Celery prefork parent (the ``worker`` command), and a parent that
 has touched CUDA hands its children a context they cannot use. So torch is not imported here: its build (CUDA,
 ROCm or CPU) is read from its ``version.py`` and devices from the driver's device nodes.
 """
@@ -15,26 +16,16 @@ import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from shared.options import AcceleratorFamily
+from shared.families import FAMILIES, AcceleratorFamily
 from shared.settings import Settings
 
 logger = logging.getLogger(__name__)
-
-# An ONNX Runtime provider that implies a family, in order of preference.
-_PROVIDER_FAMILIES: tuple[tuple[str, AcceleratorFamily], ...] = (
-    ("TensorrtExecutionProvider", "cuda"),
-    ("CUDAExecutionProvider", "cuda"),
-    ("MIGraphXExecutionProvider", "rocm"),
-    ("ROCMExecutionProvider", "rocm"),
-    ("OpenVINOExecutionProvider", "openvino"),
-    ("CoreMLExecutionProvider", "mps"),
-)
 
 
 def family_from_providers(providers: Iterable[str]) -> AcceleratorFamily | None:
     """The family implied by the first accelerator provider in ``providers``; ``None`` for CPU only."""
     available = set(providers)
-    return next((family for provider, family in _PROVIDER_FAMILIES if provider in available), None)
+    return next((spec.name for spec in FAMILIES.values() if available & set(spec.accelerated_providers)), None)
 
 
 def torch_build() -> dict[str, str | None]:
@@ -55,10 +46,9 @@ def torch_build() -> dict[str, str | None]:
 
 def _family_from_torch(dev: Path = Path("/dev")) -> AcceleratorFamily | None:
     build = torch_build()
-    if build.get("hip") and (dev / "kfd").exists():
-        return "rocm"
-    if build.get("cuda") and any(dev.glob("nvidia[0-9]*")):
-        return "cuda"
+    for spec in FAMILIES.values():
+        if spec.torch_build and spec.device_nodes and build.get(spec.torch_build) and any(dev.glob(spec.device_nodes)):
+            return spec.name
     if build and sys.platform == "darwin" and platform.machine() == "arm64":
         return "mps"
     return None
@@ -76,13 +66,6 @@ def detect_family(settings: Settings) -> AcceleratorFamily:
     return family
 
 
-# The ONNX Runtime providers without which a GPU family's worker would run its models on the CPU.
-GPU_PROVIDERS: dict[str, tuple[str, ...]] = {
-    "cuda": ("TensorrtExecutionProvider", "CUDAExecutionProvider"),
-    "rocm": ("MIGraphXExecutionProvider", "ROCMExecutionProvider"),
-}
-
-
 def refused_render_queues(
     family: str, providers: Iterable[str], chosen: Sequence[str] | None = None
 ) -> tuple[frozenset[str], str | None]:
@@ -98,7 +81,8 @@ def refused_render_queues(
     >>> refused_render_queues("cuda", ["CUDAExecutionProvider", "CPUExecutionProvider"])
     (frozenset(), None)
     """
-    wanted = GPU_PROVIDERS.get(family)
+    spec = next((spec for spec in FAMILIES.values() if spec.name == family), None)
+    wanted = spec.accelerated_providers if spec is not None and spec.gpu else None
     offered = set(providers)
     if wanted is None or offered & set(wanted) or chosen:
         return frozenset(), None

@@ -3,7 +3,7 @@
 ``settings.engine`` picks the engine, ``settings.model_engines`` overrides it per model. ``auto`` picks, per machine,
 the fastest engine that keeps quality (:func:`choose_engine`): the compiled torch engine on CUDA/ROCm, and on CPUs
 that compute bf16 natively (AMX or AVX-512 BF16, as :mod:`workers.engines.capability` probes it) the compiled
-torch engine in bf16 — its swapped crops stay above 35 dB PSNR of fp32's (tests/workers/test_precision.py);
+torch engine in bf16 — its swapped crops stay above 35 dB PSNR of fp32's (tests/workers/test_torch_engine.py);
 ONNX Runtime fp32 elsewhere. A model the torch converter cannot take runs on ONNX Runtime instead, with a
 :class:`~workers.engines.base.Degradation` the render step reports; it never fails the job.
 
@@ -24,7 +24,7 @@ from functools import cache
 from pathlib import Path
 
 from shared.errors import ModelError
-from shared.options import AcceleratorFamily
+from shared.families import FAMILIES, GPU_FAMILIES, AcceleratorFamily
 from shared.settings import CompileMode, EngineName, Precision, Settings
 from workers.engines.base import Degradation, Engine
 from workers.engines.batching import FittedBatches
@@ -35,7 +35,6 @@ from workers.engines.onnx import OnnxEngine
 
 logger = logging.getLogger(__name__)
 
-GPU_FAMILIES: frozenset[str] = frozenset({"cuda", "rocm"})
 GPU_MAX_BATCH = 64
 _LOADING = threading.Lock()  # a warm-up thread and a task asking for the same model load it once
 
@@ -226,7 +225,7 @@ def _load_torch(
 
     try:
         device = device_for(family)
-        memory = memory_for(device, ram_budget_bytes)
+        memory = memory_for(device, ram_budget_bytes, probe=FAMILIES[family].memory)
         engine = TorchEngine.load(
             Path(path),
             device=device,

@@ -14,7 +14,7 @@ import gc
 import logging
 import os
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 logger = logging.getLogger(__name__)
 
@@ -173,9 +173,12 @@ class TorchDeviceMemory:
         return isinstance(error, self._torch.cuda.OutOfMemoryError) or _message_says_oom(error)
 
 
-def memory_for(device: str, ram_budget_bytes: int | None = None) -> DeviceMemory:
-    """The memory of torch ``device`` (``cuda``, ``cuda:1``, ``cpu`` …); the host's RAM for anything but CUDA."""
-    if device.startswith("cuda"):
+def memory_for(
+    device: str, ram_budget_bytes: int | None = None, *, probe: Literal["device", "host"] = "device"
+) -> DeviceMemory:
+    """The memory of torch ``device`` (``cuda``, ``cuda:1``, ``cpu`` …): the GPU's where ``probe`` is ``device``
+    (a family's :attr:`shared.families.FamilySpec.memory`) and ``device`` is a CUDA device, else the host's RAM."""
+    if probe == "device" and device.startswith("cuda"):
         _, _, index = device.partition(":")
         return TorchDeviceMemory(int(index or 0))
     return HostMemory(ram_budget_bytes)

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from shared.errors import ModelError
-from shared.options import AcceleratorFamily
+from shared.families import CPU_PROVIDER, FAMILIES, AcceleratorFamily
 from shared.settings import Settings
 from workers import notices
 from workers.engines.base import Tensor
@@ -24,16 +24,8 @@ from workers.engines.family import detect_family
 
 logger = logging.getLogger(__name__)
 
-CPU_PROVIDER = "CPUExecutionProvider"
-
-PROVIDER_ORDER: Mapping[AcceleratorFamily, tuple[str, ...]] = {
-    "cuda": ("TensorrtExecutionProvider", "CUDAExecutionProvider", CPU_PROVIDER),
-    "rocm": ("MIGraphXExecutionProvider", "ROCMExecutionProvider", CPU_PROVIDER),
-    "openvino": ("OpenVINOExecutionProvider", CPU_PROVIDER),
-    "mps": ("CoreMLExecutionProvider", CPU_PROVIDER),
-    "cpu": (CPU_PROVIDER,),
-}
-"""The providers tried for each family, best first."""
+PROVIDER_ORDER: Mapping[AcceleratorFamily, tuple[str, ...]] = {name: spec.providers for name, spec in FAMILIES.items()}
+"""The providers tried for each family, best first (:attr:`shared.families.FamilySpec.providers`)."""
 
 # ONNX element types as ONNX Runtime names them, and the numpy dtype fed for each.
 _DTYPES: Mapping[str, np.dtype[Any]] = {

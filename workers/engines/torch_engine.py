@@ -2,14 +2,14 @@
 
 The ONNX file becomes a torch module (:mod:`workers.engines.onnx_to_torch`), compiled once with
 ``torch.compile(fullgraph=True, dynamic=False)``; on the CPU with the Inductor options that measured faster there
-(:data:`CPU_OPTIONS`). Batches run in a few *buckets*
-(powers of two up to the largest batch that fits in memory) so the number of compiled shapes — and CUDA-graph
-recordings — stays bounded, and a batch is split rather than padded far past its size (:func:`plan_calls`: at most
-10 % padding per call). A bucket compiles when a batch of its size first runs (lazily: a worker compiles only the
-sizes it uses); :meth:`TorchEngine.warmup` compiles the largest one ahead of time. The memory one more item costs
-is measured on a bucket's second run and kept beside the compile cache (:class:`MemoryNotes`), so a restarted
-worker fits its batch at once. Compiled code is kept in the persistent cache folder, so a restarted worker loads
-it instead of compiling again. If compiling fails the engine falls back to eager execution — with a warning, a
+(:data:`workers.engines.compiling.CPU_OPTIONS`). Batches run in a few *buckets* (powers of two up to the largest
+batch that fits in memory) so the number of compiled shapes — and CUDA-graph recordings — stays bounded, and a batch
+is split rather than padded far past its size (:func:`~workers.engines.compiling.plan_calls`: at most 10 % padding
+per call). A bucket compiles when a batch of its size first runs (lazily: a worker compiles only the sizes it uses);
+:meth:`TorchEngine.warmup` compiles the largest one ahead of time. The memory one more item costs is measured on a
+bucket's second run and kept beside the compile cache (:class:`~workers.engines.compiling.MemoryNotes`), so a
+restarted worker fits its batch at once. Compiled code is kept in the persistent cache folder, so a restarted worker
+loads it instead of compiling again. If compiling fails the engine falls back to eager execution — with a warning, a
 count in :attr:`TorchEngine.stats` and a :class:`~workers.engines.base.Degradation` the job shows, never silently.
 
 Import this module only where torch may be imported: it is loaded lazily by
@@ -18,10 +18,7 @@ Import this module only where torch may be imported: it is loaded lazily by
 
 from __future__ import annotations
 
-import json
 import logging
-import os
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -33,153 +30,25 @@ import numpy as np
 import torch
 
 from shared.errors import ModelError
+from shared.families import FAMILIES
 from shared.settings import CompileMode, Precision
 from workers import notices
 from workers.engines.base import Tensor
+from workers.engines.compiling import (
+    Compiled,
+    Compiler,
+    MemoryNotes,
+    buckets,
+    compile_module,
+    conversion,
+    plan_calls,
+    raise_recompile_limits,
+    use_compile_cache,
+)
 from workers.engines.memory import DeviceMemory, HostMemory, fitted_batch
 from workers.engines.onnx_to_torch import OnnxModule, TensorSpec, convert, numpy_dtype
 
 logger = logging.getLogger(__name__)
-
-PRECISIONS: Mapping[Precision, torch.dtype] = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-
-
-def conversion(precision: Precision) -> dict[str, torch.dtype]:
-    """How a model is converted for ``precision``: fp32 and fp16 compute everything in that type; bf16 is mixed,
-    convolutions and matrix products in bf16 and the rest in fp32 (as ``torch.autocast`` does), which keeps the
-    swapped faces above 35 dB PSNR of fp32's where all-bf16 fell below (tests/integration/test_face_engine_jobs.py)."""
-    if precision == "bf16":
-        return {"float_dtype": torch.float32, "matmul_dtype": torch.bfloat16}
-    return {"float_dtype": PRECISIONS[precision]}
-
-
-Compiled = Callable[..., tuple[torch.Tensor, ...]]
-Compiler = Callable[[torch.nn.Module, CompileMode], Compiled]
-"""Turns the module into its compiled callable (a seam: tests pass one that fails)."""
-
-# Every engine's module shares one forward code object, and dynamo counts its compiled entries per code object (and
-# in all): buckets × engines of a long-lived process (a worker serving several models, a test run) pass the
-# defaults (8, 256), and past them a fullgraph compile fails — the eager fallback, slower.
-_RECOMPILE_LIMIT, _ACCUMULATED_LIMIT = 512, 1024
-
-
-def raise_recompile_limits() -> None:
-    """Lift dynamo's recompile limits to what an engine needs (see ``_RECOMPILE_LIMIT``); called when compiling
-    and before each first call of a shape (something may have restored the defaults in between)."""
-    dynamo_config: Any = torch._dynamo.config
-    dynamo_config.recompile_limit = max(int(dynamo_config.recompile_limit), _RECOMPILE_LIMIT)
-    dynamo_config.accumulated_recompile_limit = max(int(dynamo_config.accumulated_recompile_limit), _ACCUMULATED_LIMIT)
-
-
-def compile_module(module: torch.nn.Module, mode: CompileMode) -> Compiled:
-    """``torch.compile`` as the engine uses it: one whole graph per bucket shape, no dynamic shapes; on the CPU
-    with the Inductor options of :data:`CPU_OPTIONS`."""
-    raise_recompile_limits()
-    if _device_of(module).type != "cpu":
-        compiled: Compiled = torch.compile(module, mode=mode, fullgraph=True, dynamic=False)
-        return compiled
-    options: dict[str, Any] = {**CPU_OPTIONS, "max_autotune": mode == "max-autotune"}
-    compiled = torch.compile(module, options=options, fullgraph=True, dynamic=False)
-    return compiled
-
-
-CPU_OPTIONS: Mapping[str, Any] = {}
-"""Inductor options on the CPU, each kept only where it measured faster on the full-size swapper at batch 8
-(benchmarks/face_swap_cpu.py ``--levers``, side by side, AVX-512 BF16 without AMX, 2 cores): ``freezing`` (weights
-folded and prepacked for oneDNN) measured 1.74× ONNX Runtime against 1.98× without it, ``cpp_wrapper`` 1.79× with
-a 50 % longer compile, ``max_autotune`` 1.79×: none paid, none is set. On AMX machines prepacking may pay (measure
-before adding it here)."""
-
-
-def _device_of(module: torch.nn.Module) -> torch.device:
-    tensor = next(module.buffers(), None)
-    return tensor.device if tensor is not None else torch.device("cpu")
-
-
-def use_compile_cache(folder: Path) -> Path:
-    """Make torch keep its compiled artefacts (Inductor's FX graph and autotuning caches, Triton kernels) in
-    ``folder``. Must run before the first compile of the process; the environment variable is what Inductor
-    reads each time it needs its cache folder."""
-    resolved = folder.expanduser().resolve()
-    resolved.mkdir(parents=True, exist_ok=True)
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(resolved)
-    return resolved
-
-
-def buckets(limit: int) -> tuple[int, ...]:
-    """Batch sizes compiled for: the powers of two up to ``limit`` (``limit`` itself if it is not one).
-
-    Example::
-
-        buckets(8) == (1, 2, 4, 8); buckets(12) == (1, 2, 4, 8, 12)
-    """
-    sizes = [1 << power for power in range(limit.bit_length()) if 1 << power <= limit]
-    return tuple(sizes if sizes[-1] == limit else [*sizes, limit])
-
-
-MAX_PADDING = 0.1
-"""The largest share of a call's items that may be padding (repeats of the last item, computed and thrown away)."""
-
-
-def plan_calls(count: int, sizes: Sequence[int], max_padding: float = MAX_PADDING) -> list[tuple[int, int]]:
-    """How ``count`` items go through buckets ``sizes``: ``(items, bucket)`` per call, in order.
-
-    Full calls of the largest bucket first; the rest goes in the smallest bucket that holds it if the padding is at
-    most ``max_padding`` of that bucket, else the largest bucket below it fills up and the remainder is planned the
-    same way. So no call computes more than ``max_padding`` padding, and the calls stay few.
-
-    Example::
-
-        plan_calls(42, (1, 2, 4, 8, 16, 32, 64)) == [(32, 32), (8, 8), (2, 2)]   # not one call of 64
-        plan_calls(15, (1, 2, 4, 8, 16)) == [(15, 16)]                          # 1 of 16 padded
-    """
-    largest, calls, left = sizes[-1], [], count
-    while left > 0:
-        if left >= largest:
-            calls.append((largest, largest))
-            left -= largest
-            continue
-        holds = next(size for size in sizes if size >= left)
-        if holds - left <= max_padding * holds:
-            calls.append((left, holds))
-            break
-        below = max(size for size in sizes if size < left)
-        calls.append((below, below))
-        left -= below
-    return calls
-
-
-class MemoryNotes:
-    """The measured per-item memory of models, kept in a JSON file beside the compile cache so that a restarted
-    worker fits its batch without measuring again. Keys name the model file and how it runs; writes replace the
-    file atomically (processes sharing the folder may race: the last write wins, each is a real measurement)."""
-
-    FILE_NAME = "swapfarm-memory.json"
-
-    def __init__(self, folder: Path) -> None:
-        self.path = folder / self.FILE_NAME
-
-    def get(self, key: str) -> int | None:
-        value = self._read().get(key)
-        return int(value) if isinstance(value, int) and value > 0 else None
-
-    def put(self, key: str, per_item_bytes: int) -> None:
-        notes = self._read()
-        notes[key] = per_item_bytes
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with tempfile.NamedTemporaryFile("w", dir=self.path.parent, delete=False, suffix=".tmp") as handle:
-                json.dump(notes, handle, indent=1, sort_keys=True)
-            os.replace(handle.name, self.path)
-        except OSError as error:
-            logger.warning("cannot keep the measured memory in %s: %s", self.path, error)
-
-    def _read(self) -> dict[str, object]:
-        try:
-            loaded = json.loads(self.path.read_text())
-        except (OSError, ValueError):
-            return {}
-        return loaded if isinstance(loaded, dict) else {}
 
 
 @dataclass
@@ -504,18 +373,20 @@ def _size(count: int | None) -> str:
 
 
 def device_for(family: str) -> str:
-    """The torch device of an accelerator family: CUDA and ROCm both appear as ``cuda``; MPS as ``mps`` (the CPU,
-    reported as ``mps_unavailable``, when torch cannot use it); everything else (cpu, openvino) runs torch on the
-    CPU.
+    """The torch device of an accelerator family (:attr:`shared.families.FamilySpec.torch_device`): CUDA and ROCm
+    both appear as ``cuda``; MPS as ``mps`` (the CPU, reported as ``mps_unavailable``, when torch cannot use it);
+    everything else (cpu, openvino) runs torch on the CPU.
 
     Raises:
         ModelError: the family's device is not usable by this torch build.
     """
-    if family in {"cuda", "rocm"}:
+    spec = next((spec for spec in FAMILIES.values() if spec.name == family), None)
+    wanted = spec.torch_device if spec is not None else "cpu"
+    if wanted == "cuda":
         if not torch.cuda.is_available():
             raise ModelError(f"the worker's family is {family} but torch sees no GPU (torch {torch.__version__})")
         return "cuda"
-    if family == "mps":
+    if wanted == "mps":
         if torch.backends.mps.is_available():
             return "mps"
         notices.report(

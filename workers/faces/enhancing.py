@@ -16,15 +16,14 @@ from types import MappingProxyType
 import numpy as np
 import numpy.typing as npt
 
-from shared.errors import ModelError
 from shared.options import Enhancer
 from shared.settings import Settings
-from workers.engines.base import Degradation, Engine
-from workers.engines.batching import FittedBatches, Indices, run_in_batches
-from workers.engines.loading import LoadedModel, load_model
-from workers.faces.tensors import CropFormat, Crops
-from workers.models.download import resolve
-from workers.models.registry import REGISTRY, ModelSpec, TemplateName
+from workers.engines.base import Engine
+from workers.engines.batching import FittedBatches
+from workers.engines.loading import LoadedModel
+from workers.faces.crop_model import CropModel, load_heavy
+from workers.faces.tensors import Crops
+from workers.models.registry import REGISTRY, ModelSpec
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +48,7 @@ ENHANCERS: Mapping[Enhancer, EnhancerSpec] = MappingProxyType(
 """Every enhancer of :data:`shared.options.Enhancer`, by name."""
 
 
-class FaceEnhancer:
+class FaceEnhancer(CropModel):
     """One enhancer model, ready to restore batches of aligned crops.
 
     Build it with :meth:`load`; tests may build it from any :class:`~workers.engines.base.Engine` and a spec.
@@ -76,16 +75,9 @@ class FaceEnhancer:
             ModelError: the engine lacks an input the spec names, or the spec's model does not take face
                 crops.
         """
-        wanted = {spec.image_input} | ({spec.weight_input} if spec.weight_input else set())
-        missing = wanted - set(engine.input_names)
-        if missing:
-            raise ModelError(f"model {spec.model.name} has no input {sorted(missing)}: {engine.input_names}")
+        inputs = [spec.image_input] + ([spec.weight_input] if spec.weight_input else [])
+        super().__init__(spec.model, engine, inputs=inputs, fixed_batch=fixed_batch, batches=batches, loaded=loaded)
         self._spec = spec
-        self._engine = engine
-        self._fixed_batch = fixed_batch
-        self.batches = batches
-        self._loaded = loaded
-        self._format = CropFormat.of(spec.model)
 
     @classmethod
     def load(cls, name: Enhancer, settings: Settings) -> FaceEnhancer:
@@ -95,35 +87,8 @@ class FaceEnhancer:
             ModelError: the model cannot be found, verified or loaded.
         """
         spec = ENHANCERS[name]
-        path = resolve(spec.model.name, settings)
-        loaded = load_model(path, settings, name=spec.model.name, batch_input=spec.image_input)
-        if loaded.fixed_batch is not None:
-            logger.info("enhancer %s takes %s face(s) per call; larger batches are split", name, loaded.fixed_batch)
+        _, loaded = load_heavy(spec.model, settings, batch_input=spec.image_input)
         return cls(spec, loaded.engine, fixed_batch=loaded.fixed_batch, batches=loaded.batches, loaded=loaded)
-
-    @property
-    def name(self) -> str:
-        """The model's registry name."""
-        return self._spec.model.name
-
-    @property
-    def engine(self) -> Engine:
-        """The engine that runs the model (for ``warmup``)."""
-        return self._engine
-
-    def degradations(self) -> list[Degradation]:
-        """The slower paths the model is on (another engine than chosen, uncompiled), if it was loaded here."""
-        return self._loaded.degradations() if self._loaded is not None else []
-
-    @property
-    def template(self) -> TemplateName:
-        """The alignment template the crops must be warped to."""
-        return self._format.template
-
-    @property
-    def size(self) -> int:
-        """The side of the square crops, in pixels."""
-        return self._format.size
 
     def enhance(self, crops: Crops, weight: float = 0.5) -> Crops:
         """Restore every crop; one engine call for the batch where the model allows.
@@ -137,15 +102,7 @@ class FaceEnhancer:
         """
         if not 0.0 <= weight <= 1.0:
             raise ValueError(f"weight must be in [0, 1], got {weight}")
-        image = self._format.to_tensor(crops)
-        if len(crops) == 0:
-            return crops.copy()
         shared: dict[str, npt.NDArray[np.generic]] = (
             {self._spec.weight_input: np.array([weight], np.float64)} if self._spec.weight_input else {}
         )
-
-        def inputs(items: Indices) -> dict[str, npt.NDArray[np.generic]]:
-            return {self._spec.image_input: image[items], **shared}
-
-        output = run_in_batches(self._engine, len(crops), inputs, self._fixed_batch)[0]
-        return self._format.to_crops(output, self._spec.output_range)
+        return self._crops_through(crops, self._spec.image_input, lambda items: shared, self._spec.output_range)

@@ -19,13 +19,12 @@ from shared.errors import NoFaceInSourceError, SourceImageError
 from shared.settings import Settings
 from workers import notices
 from workers.engines.base import Engine
-from workers.engines.batching import run_in_batches
 from workers.engines.onnx import OnnxEngine
+from workers.faces.crop_model import CropModel
 from workers.faces.cropping import gather_crops
 from workers.faces.detection import Face, FaceDetector
-from workers.faces.tensors import CropFormat
 from workers.models.download import resolve
-from workers.models.registry import REGISTRY, TemplateName
+from workers.models.registry import REGISTRY
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +41,7 @@ def normalise(embeddings: npt.ArrayLike) -> FloatArray:
     return np.asarray(array / np.maximum(norms, np.float32(1e-12)), dtype=np.float32)
 
 
-class FaceEmbedder:
+class FaceEmbedder(CropModel):
     """Embeds aligned faces with an ArcFace-style recogniser ([N, 3, 112, 112] → [N, D]).
 
     The crop template, size, normalisation and colour order are those the registry gives ``model``.
@@ -73,10 +72,8 @@ class FaceEmbedder:
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-        self._format = CropFormat.of(REGISTRY[model])
-        self.engine = engine
+        super().__init__(REGISTRY[model], engine, inputs=engine.input_names[:1], fixed_batch=fixed_batch)
         self.batch_size = batch_size
-        self.fixed_batch = fixed_batch
         self._input_name = engine.input_names[0]
 
     @classmethod
@@ -90,16 +87,6 @@ class FaceEmbedder:
         fixed_batch = engine.fixed_batch(engine.input_names[0])
         return cls(engine, model=model, batch_size=settings.batch_size, fixed_batch=fixed_batch)
 
-    @property
-    def template(self) -> TemplateName:
-        """The alignment template of the recogniser's crops."""
-        return self._format.template
-
-    @property
-    def size(self) -> int:
-        """The side of the recogniser's square crops, in pixels."""
-        return self._format.size
-
     def embed_crops(self, crops: Frame) -> FloatArray:
         """Raw embeddings (float32 [N, D]) of aligned uint8 BGR crops [N, 112, 112, 3]."""
         if len(crops) == 0:
@@ -109,9 +96,7 @@ class FaceEmbedder:
         return np.concatenate(parts)
 
     def _run(self, batch: FloatArray) -> FloatArray:
-        outputs = run_in_batches(
-            self.engine, len(batch), lambda indices: {self._input_name: batch[indices]}, self.fixed_batch
-        )
+        outputs = self._outputs(len(batch), lambda indices: {self._input_name: batch[indices]})
         return np.asarray(outputs[0], dtype=np.float32).reshape(len(batch), -1)
 
     def embed_faces(self, frame: Frame, faces: Sequence[Face]) -> list[Face]:

@@ -28,13 +28,14 @@ import numpy.typing as npt
 from shared.errors import ModelError
 from shared.options import Swapper
 from shared.settings import Settings
-from workers.engines.base import Degradation, Engine
-from workers.engines.batching import FittedBatches, Indices, run_in_batches
-from workers.engines.loading import LoadedModel, load_model
+from workers.engines.base import Engine
+from workers.engines.batching import FittedBatches, Indices
+from workers.engines.loading import LoadedModel
 from workers.engines.onnx import OnnxEngine
-from workers.faces.tensors import CropFormat, Crops
+from workers.faces.crop_model import CropModel, load_heavy
+from workers.faces.tensors import Crops
 from workers.models.download import resolve
-from workers.models.registry import REGISTRY, ModelSpec, TemplateName
+from workers.models.registry import REGISTRY, ModelSpec
 
 logger = logging.getLogger(__name__)
 
@@ -156,7 +157,7 @@ _LATENT_LOADERS: Mapping[LatentKind, Callable[[SwapperSpec, Path, Settings], Lat
 }
 
 
-class FaceSwapper:
+class FaceSwapper(CropModel):
     """One swapper model, ready to swap batches of aligned crops.
 
     Build it with :meth:`load`; tests may build it from any :class:`~workers.engines.base.Engine` and a spec.
@@ -185,16 +186,10 @@ class FaceSwapper:
             ModelError: the engine lacks the target or source input the spec names, or the spec's model does
                 not take face crops.
         """
-        missing = {spec.target_input, spec.source_input} - set(engine.input_names)
-        if missing:
-            raise ModelError(f"model {spec.model.name} has no input {sorted(missing)}: {engine.input_names}")
+        inputs = (spec.target_input, spec.source_input)
+        super().__init__(spec.model, engine, inputs=inputs, fixed_batch=fixed_batch, batches=batches, loaded=loaded)
         self._spec = spec
-        self._engine = engine
         self._latent = latent
-        self._fixed_batch = fixed_batch
-        self.batches = batches
-        self._loaded = loaded
-        self._format = CropFormat.of(spec.model)
 
     @classmethod
     def load(cls, name: Swapper, settings: Settings) -> FaceSwapper:
@@ -204,36 +199,9 @@ class FaceSwapper:
             ModelError: the model (or its converter) cannot be found, verified or loaded.
         """
         spec = SWAPPERS[name]
-        path = resolve(spec.model.name, settings)
-        loaded = load_model(path, settings, name=spec.model.name, batch_input=spec.target_input)
-        if loaded.fixed_batch is not None:
-            logger.info("swapper %s takes %s face(s) per call; larger batches are split", name, loaded.fixed_batch)
+        path, loaded = load_heavy(spec.model, settings, batch_input=spec.target_input)
         latent = _LATENT_LOADERS[spec.latent](spec, path, settings)
         return cls(spec, loaded.engine, latent, fixed_batch=loaded.fixed_batch, batches=loaded.batches, loaded=loaded)
-
-    @property
-    def name(self) -> str:
-        """The model's registry name."""
-        return self._spec.model.name
-
-    @property
-    def engine(self) -> Engine:
-        """The engine that runs the model (for ``warmup``)."""
-        return self._engine
-
-    def degradations(self) -> list[Degradation]:
-        """The slower paths the model is on (another engine than chosen, uncompiled), if it was loaded here."""
-        return self._loaded.degradations() if self._loaded is not None else []
-
-    @property
-    def template(self) -> TemplateName:
-        """The alignment template the crops must be warped to."""
-        return self._format.template
-
-    @property
-    def size(self) -> int:
-        """The side of the square crops, in pixels."""
-        return self._format.size
 
     def source_latent(self, embeddings: Embeddings) -> Latent:
         """The latent of a source identity, from the raw ArcFace embeddings ``[K, 512]`` of its K images.
@@ -262,16 +230,9 @@ class FaceSwapper:
         Raises:
             ValueError: the crops are not ``[N, size, size, 3]`` uint8.
         """
-        target = self._format.to_tensor(crops)
-        if len(crops) == 0:
-            return crops.copy()
         source = np.asarray(latent, np.float32).reshape(1, -1)
 
-        def inputs(items: Indices) -> dict[str, npt.NDArray[np.generic]]:
-            return {
-                self._spec.target_input: target[items],
-                self._spec.source_input: np.repeat(source, len(items), axis=0),
-            }
+        def sources(items: Indices) -> dict[str, npt.NDArray[np.generic]]:
+            return {self._spec.source_input: np.repeat(source, len(items), axis=0)}
 
-        output = run_in_batches(self._engine, len(crops), inputs, self._fixed_batch)[0]
-        return self._format.to_crops(output, self._spec.output_range)
+        return self._crops_through(crops, self._spec.target_input, sources, self._spec.output_range)

@@ -25,7 +25,7 @@ from workers.engines.base import Degradation
 
 if TYPE_CHECKING:
     from workers.faces.detection import Face, FaceDetector
-    from workers.processors.targeting import FaceTargeter
+    from workers.faces.targeting import FaceTargeter
 
 logger = logging.getLogger(__name__)
 
@@ -85,9 +85,12 @@ class Reporter:
 class Processor(Protocol):
     """Turns a batch of frames into the same number of frames.
 
-    A processor that never reads or changes pixels (``passthrough``) sets ``touches_pixels = False``; a chain of
-    only such processors is rendered by one ffmpeg process, with no frames through Python at all.
+    Every processor declares ``touches_pixels``: one that never reads or changes pixels (``passthrough``) says
+    ``False``, and a chain of only such processors is rendered by one ffmpeg process, with no frames through
+    Python at all.
     """
+
+    touches_pixels: bool
 
     def process(self, frames: FrameBatch) -> FrameBatch:
         """Return the processed frames: same shape and dtype, one output frame per input frame, in order."""
@@ -130,6 +133,7 @@ def register(name: ProcessorName) -> Callable[[ProcessorFactory], ProcessorFacto
 
 
 def registered() -> tuple[str, ...]:
+    """The names of the registered processors, sorted."""
     return tuple(sorted(_REGISTRY))
 
 

@@ -11,8 +11,8 @@ import numpy as np
 import numpy.typing as npt
 
 from workers.faces.detection import Face, FaceDetector
+from workers.faces.targeting import FaceTargeter
 from workers.processors.base import FrameBatch, ProcessorContext, Stage, Work, register
-from workers.processors.targeting import FaceTargeter
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +47,8 @@ class FaceDebuggerProcessor:
     """Draws every detected face of each frame."""
 
     targeter: FaceTargeter | None = None  # every detected face, whatever the selector mode
+
+    touches_pixels = True
 
     def __init__(self, detector: FaceDetector) -> None:
         self.detector = detector

@@ -9,7 +9,6 @@ it scales the feathered box mask.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 
 import numpy as np
@@ -17,20 +16,18 @@ import numpy.typing as npt
 
 from shared.errors import InvalidOptionsError
 from workers.engines.batching import FittedBatches
-from workers.faces.alignment import box_mask
-from workers.faces.cropping import FaceCrops, gather_crops, paste_crops
 from workers.faces.detection import FaceDetector
 from workers.faces.enhancing import FaceEnhancer
 from workers.faces.recognition import FaceEmbedder
-from workers.processors.base import FrameBatch, ProcessorContext, Reporter, Stage, Work, register
-from workers.processors.targeting import FaceTargeter
-
-logger = logging.getLogger(__name__)
+from workers.faces.targeting import FaceTargeter
+from workers.faces.tensors import Crops
+from workers.processors.base import ProcessorContext, Reporter, register
+from workers.processors.crop_paste import CropPasteProcessor, common_arguments
 
 FloatArray = npt.NDArray[np.float32]
 
 
-class FaceEnhancerProcessor:
+class FaceEnhancerProcessor(CropPasteProcessor):
     """Enhances the targeted faces of each batch of frames.
 
     Args:
@@ -42,6 +39,8 @@ class FaceEnhancerProcessor:
         batches: faces per enhancer call fitted to the device's memory, halved on out-of-memory.
         mask_blur, mask_padding: the paste-back box mask (:func:`workers.faces.alignment.box_mask`).
     """
+
+    verb = "enhanced"
 
     def __init__(
         self,
@@ -56,13 +55,18 @@ class FaceEnhancerProcessor:
         mask_padding: Sequence[int] = (0, 0, 0, 0),
         reporter: Reporter | None = None,
     ) -> None:
+        super().__init__(
+            enhancer,
+            targeter,
+            batch_size=batch_size,
+            batches=batches,
+            mask_blur=mask_blur,
+            mask_padding=mask_padding,
+            mask_scale=blend / 100,
+            reporter=reporter,
+        )
         self.enhancer = enhancer
-        self.targeter: FaceTargeter | None = targeter
-        self.detector = targeter.detector
-        self._reporter = reporter
         self.weight = weight
-        self.batches = batches or FittedBatches(batch_size)
-        self.mask: FloatArray = box_mask(enhancer.size, mask_blur, mask_padding) * np.float32(blend / 100)
 
     @classmethod
     def from_context(
@@ -91,47 +95,12 @@ class FaceEnhancerProcessor:
             targeter,
             weight=face.codeformer_weight,
             blend=face.enhancer_blend,
-            batch_size=settings.batch_size,
-            batches=enhancer.batches,
-            mask_blur=face.mask_blur,
-            mask_padding=face.mask_padding,
-            reporter=Reporter(context.report, enhancer.degradations),
+            **common_arguments(context, enhancer),
         )
 
-    def process(self, frames: FrameBatch) -> FrameBatch:
-        """The frames with every targeted face enhanced."""
-        faces = self.detector.detect(frames)
-        work = Work(frames, faces, self.targeter.select(frames, faces) if self.targeter else faces)
-        for stage in self.stages():
-            work = stage(work)
-        return work.frames
-
-    def stages(self) -> tuple[Stage, ...]:
-        """Align the targeted faces, enhance them, paste them back (after the chain's detection)."""
-        return self._align, self._enhance, self._paste
-
-    def _align(self, work: Work) -> Work:
-        assert work.targets is not None
-        work.state = gather_crops(work.frames, work.targets, self.enhancer.template, self.enhancer.size)
-        return work
-
-    def _enhance(self, work: Work) -> Work:
-        faces = work.state
-        assert isinstance(faces, FaceCrops)
-        if len(faces):
-            enhanced = self.batches.map(faces.crops, lambda crops: self.enhancer.enhance(crops, self.weight))
-            work.state = faces, enhanced
-            logger.debug("enhanced %s faces in %s frames", len(faces), len(work.frames))
-        if self._reporter is not None:
-            self._reporter.check()
-        return work
-
-    def _paste(self, work: Work) -> Work:
-        if isinstance(work.state, tuple):
-            faces, enhanced = work.state
-            work.frames = paste_crops(work.frames, faces, enhanced, self.mask)
-        work.state = None
-        return work
+    def transform(self, crops: Crops) -> Crops:
+        """The crops restored."""
+        return self.enhancer.enhance(crops, self.weight)
 
 
 @register("face_enhancer")

@@ -4,12 +4,11 @@ Per batch of frames: detect (one detector call per frame, shared with the rest o
 selected face of the whole batch onto the swapper's template, swap them in batches fitted to memory, and paste
 them back with a feathered box mask — three stages the render pipeline overlaps (:meth:`stages`). The source
 identity is computed once, when the processor is built (see
-:mod:`workers.processors.targeting` for which source images count as identity and which as reference).
+:mod:`workers.faces.targeting` for which source images count as identity and which as reference).
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 
 import numpy as np
@@ -17,20 +16,18 @@ import numpy.typing as npt
 
 from shared.errors import InvalidOptionsError
 from workers.engines.batching import FittedBatches
-from workers.faces.alignment import box_mask
-from workers.faces.cropping import FaceCrops, gather_crops, paste_crops
 from workers.faces.detection import FaceDetector
 from workers.faces.recognition import FaceEmbedder, source_identity
 from workers.faces.swapping import FaceSwapper, Latent
-from workers.processors.base import FrameBatch, ProcessorContext, Reporter, Stage, Work, register
-from workers.processors.targeting import FaceTargeter, identity_sources
-
-logger = logging.getLogger(__name__)
+from workers.faces.targeting import FaceTargeter, identity_sources
+from workers.faces.tensors import Crops
+from workers.processors.base import ProcessorContext, Reporter, register
+from workers.processors.crop_paste import CropPasteProcessor, common_arguments
 
 FloatArray = npt.NDArray[np.float32]
 
 
-class FaceSwapperProcessor:
+class FaceSwapperProcessor(CropPasteProcessor):
     """Swaps the targeted faces of each batch of frames to one identity.
 
     Args:
@@ -41,6 +38,8 @@ class FaceSwapperProcessor:
         batches: faces per swapper call fitted to the device's memory, halved on out-of-memory.
         mask_blur, mask_padding: the paste-back box mask (:func:`workers.faces.alignment.box_mask`).
     """
+
+    verb = "swapped"
 
     def __init__(
         self,
@@ -54,13 +53,17 @@ class FaceSwapperProcessor:
         mask_padding: Sequence[int] = (0, 0, 0, 0),
         reporter: Reporter | None = None,
     ) -> None:
+        super().__init__(
+            swapper,
+            targeter,
+            batch_size=batch_size,
+            batches=batches,
+            mask_blur=mask_blur,
+            mask_padding=mask_padding,
+            reporter=reporter,
+        )
         self.swapper = swapper
-        self.targeter: FaceTargeter | None = targeter
-        self.detector = targeter.detector
-        self._reporter = reporter
-        self.batches = batches or FittedBatches(batch_size)
         self.latent: Latent = swapper.source_latent(np.asarray(identity, dtype=np.float32).reshape(1, -1))
-        self.mask = box_mask(swapper.size, mask_blur, mask_padding)
 
     @classmethod
     def from_context(
@@ -90,51 +93,11 @@ class FaceSwapperProcessor:
         embedder = embedder or FaceEmbedder.load(settings)
         identity = source_identity(identity_sources(context.sources, face.selector_mode), detector, embedder)
         targeter = FaceTargeter.load(face, context.sources, settings, detector=detector, embedder=embedder)
-        return cls(
-            swapper,
-            targeter,
-            identity,
-            batch_size=settings.batch_size,
-            batches=swapper.batches,
-            mask_blur=face.mask_blur,
-            mask_padding=face.mask_padding,
-            reporter=Reporter(context.report, swapper.degradations),
-        )
+        return cls(swapper, targeter, identity, **common_arguments(context, swapper))
 
-    def process(self, frames: FrameBatch) -> FrameBatch:
-        """The frames with every targeted face swapped."""
-        faces = self.detector.detect(frames)
-        work = Work(frames, faces, self.targeter.select(frames, faces) if self.targeter else faces)
-        for stage in self.stages():
-            work = stage(work)
-        return work.frames
-
-    def stages(self) -> tuple[Stage, ...]:
-        """Align the targeted faces, swap them, paste them back (after the chain's detection)."""
-        return self._align, self._swap, self._paste
-
-    def _align(self, work: Work) -> Work:
-        assert work.targets is not None
-        work.state = gather_crops(work.frames, work.targets, self.swapper.template, self.swapper.size)
-        return work
-
-    def _swap(self, work: Work) -> Work:
-        faces = work.state
-        assert isinstance(faces, FaceCrops)
-        if len(faces):
-            swapped = self.batches.map(faces.crops, lambda crops: self.swapper.swap(crops, self.latent))
-            work.state = faces, swapped
-            logger.debug("swapped %s faces in %s frames", len(faces), len(work.frames))
-        if self._reporter is not None:
-            self._reporter.check()
-        return work
-
-    def _paste(self, work: Work) -> Work:
-        if isinstance(work.state, tuple):
-            faces, swapped = work.state
-            work.frames = paste_crops(work.frames, faces, swapped, self.mask)
-        work.state = None
-        return work
+    def transform(self, crops: Crops) -> Crops:
+        """The crops with the source identity swapped in."""
+        return self.swapper.swap(crops, self.latent)
 
 
 @register("face_swapper")
