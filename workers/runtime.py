@@ -8,6 +8,7 @@ from pathlib import Path
 from shared.dispatch import Dispatcher
 from shared.settings import Settings
 from shared.storage import Storage
+from workers.codecs import CodecSupport, probed
 from workers.metrics import WorkerMetrics
 
 
@@ -19,6 +20,7 @@ class Runtime:
     hostname: str
     family: str
     metrics: WorkerMetrics = field(default_factory=WorkerMetrics)
+    codecs: CodecSupport = field(default_factory=probed)  # probed once per process, as it starts taking tasks
 
     @property
     def db(self) -> str:
