@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import torch
 
 from shared.options import JobOptions
 from shared.settings import Settings
@@ -19,6 +20,10 @@ from workers.doctor import diagnose
 from workers.embedded import run_local
 from workers.ffmpeg import decode_args
 from workers.notices import DegradationCollector
+
+NO_GPU = pytest.mark.skipif(
+    torch.cuda.is_available(), reason="about a machine without a GPU (this one may decode on it)"
+)
 
 LISTING = """Encoders:
  V..... = Video
@@ -51,6 +56,7 @@ def test_the_frame_pipe_decodes_through_hwaccel_only_when_asked() -> None:
     assert args[args.index("-hwaccel") + 1] == "cuda" and args.index("-hwaccel") < args.index("-i")
 
 
+@NO_GPU
 def test_this_machine_lists_nvenc_but_the_probe_finds_no_hardware_encoder_or_decoder() -> None:
     listed = subprocess.run(["ffmpeg", "-hide_banner", "-encoders"], capture_output=True, text=True, check=True)
     support = codecs.probe()
@@ -61,6 +67,7 @@ def test_this_machine_lists_nvenc_but_the_probe_finds_no_hardware_encoder_or_dec
     assert support.works("libx264") and not support.works("h264_nvenc")
 
 
+@NO_GPU
 def test_doctor_shows_what_the_probe_found(tmp_path: Path) -> None:
     ffmpeg = dict(diagnose(cpu_settings(tmp_path, torch_compile_cache_dir=tmp_path / "cache")).sections["ffmpeg"])
     assert ffmpeg["encoders that work"].startswith("none")

@@ -1,10 +1,11 @@
-"""The torch device path vs the OpenCV/numpy path for ``face_blur`` on ``crowd_1080p.mp4``, on the CPU, side by side.
+"""The torch device path vs the OpenCV/numpy path for ``face_blur`` on ``crowd_1080p.mp4``, side by side.
 
 Both take the chunk's 4:2:0 planes as the decoder's pipe gives them and hand 4:2:0 planes to the encoder's pipe:
 colour conversion in, the blur of every detected face, conversion out. Printed per frame, with and without the
-detection (the same YuNet model through ONNX Runtime in both), and the ratio torch / OpenCV.
+detection (the same YuNet model through ONNX Runtime in both), and the ratio torch / OpenCV. The device path runs
+on the CPU unless ``--device`` names another (``cuda``); the OpenCV path always runs on the host.
 
-    .venv/bin/python -m benchmarks.device_pipeline_cpu [--frames 24] [--batch 8] [--data ../shared/data]
+    .venv/bin/python -m benchmarks.device_pipeline [--frames 24] [--batch 8] [--data ../shared/data]
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 
 import cv2
@@ -40,10 +42,13 @@ def opencv_path(planes: np.ndarray, faces: Faces | None, detect: Callable[[np.nd
     return np.stack([cv2.cvtColor(blur_faces(frame, f, STRENGTH), cv2.COLOR_BGR2YUV_I420) for frame, f in pairs])
 
 
-def torch_path(planes: np.ndarray, faces: Faces | None, detect: Callable[[np.ndarray], Faces]) -> np.ndarray:
-    frames = yuv420_to_bgr(torch.from_numpy(planes))
-    found = faces if faces is not None else detect(frames.to(torch.uint8).permute(0, 2, 3, 1).contiguous().numpy())
-    return bgr_to_yuv420(device_blur(frames, found, STRENGTH)).numpy()
+def torch_path(
+    planes: np.ndarray, faces: Faces | None, detect: Callable[[np.ndarray], Faces], device: str = "cpu"
+) -> np.ndarray:
+    frames = yuv420_to_bgr(torch.from_numpy(planes).to(device))
+    if faces is None:
+        faces = detect(frames.to(torch.uint8).permute(0, 2, 3, 1).contiguous().cpu().numpy())
+    return bgr_to_yuv420(device_blur(frames, faces, STRENGTH)).cpu().numpy()
 
 
 def main() -> None:
@@ -51,6 +56,7 @@ def main() -> None:
     parser.add_argument("--frames", type=int, default=24)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--device", default="cpu", help="torch device of the device path (cpu, cuda …)")
     parser.add_argument("--data", type=Path, default=Path(__file__).resolve().parents[2] / "shared" / "data")
     args = parser.parse_args()
     clip = args.data / "media" / "crowd_1080p.mp4"
@@ -67,15 +73,18 @@ def main() -> None:
         faces = sum(len(f) for per_batch in found for f in per_batch)
         threads = torch.get_num_threads()
         print(f"face_blur on crowd_1080p.mp4: {args.frames} frames, {faces} faces, batches of {args.batch}, "
-              f"torch {torch.__version__} on {threads} CPU threads (best of {args.repeats})")  # fmt: skip
+              f"torch {torch.__version__}, {args.device} ({threads} CPU threads; best of {args.repeats})")  # fmt: skip
         for label, with_detection in (("without detection", False), ("with detection", True)):
             rates = {}
-            for name, run in (("OpenCV", opencv_path), ("torch", torch_path)):
+            device_path = partial(torch_path, device=args.device)
+            for name, run in (("OpenCV", opencv_path), ("torch", device_path)):
                 best = float("inf")
                 for _ in range(args.repeats):
                     started = time.perf_counter()
                     for batch, given in zip(batches, found, strict=True):
                         run(batch, None if with_detection else given, detector.detect)
+                    if args.device != "cpu":
+                        torch.cuda.synchronize()
                     best = min(best, time.perf_counter() - started)
                 rates[name] = best / args.frames * 1000
             print(f"  {label:18s} OpenCV {rates['OpenCV']:6.1f} ms/frame   torch {rates['torch']:6.1f} ms/frame   "
