@@ -1,7 +1,8 @@
 """The torch device path vs the OpenCV/numpy path for ``face_blur`` on ``crowd_1080p.mp4``, side by side.
 
 Both take the chunk's 4:2:0 planes as the decoder's pipe gives them and hand 4:2:0 planes to the encoder's pipe:
-colour conversion in, the blur of every detected face, conversion out. Printed per frame, with and without the
+the OpenCV path converts whole frames to BGR and back around the blur of every detected face; the device path
+converts the faces' regions only. Printed per frame, with and without the
 detection (the same YuNet model through ONNX Runtime in both), and the ratio torch / OpenCV. The device path runs
 on the CPU unless ``--device`` names another (``cuda``); the OpenCV path always runs on the host.
 
@@ -25,8 +26,8 @@ import torch
 
 from shared.options import FaceOptions
 from tests.support.faces import cpu_settings
-from workers.device.blurring import blur_faces as device_blur
-from workers.device.colour import bgr_to_yuv420, yuv420_to_bgr
+from workers.device.blurring import blur_faces_in_planes
+from workers.device.colour import yuv420_to_bgr
 from workers.faces.detection import Face, FaceDetector
 from workers.ffmpeg import decode_args
 from workers.processors.face_blur import blur_faces
@@ -45,10 +46,10 @@ def opencv_path(planes: np.ndarray, faces: Faces | None, detect: Callable[[np.nd
 def torch_path(
     planes: np.ndarray, faces: Faces | None, detect: Callable[[np.ndarray], Faces], device: str = "cpu"
 ) -> np.ndarray:
-    frames = yuv420_to_bgr(torch.from_numpy(planes).to(device))
+    raw = torch.from_numpy(planes.copy()).to(device)
     if faces is None:
-        faces = detect(frames.to(torch.uint8).permute(0, 2, 3, 1).contiguous().cpu().numpy())
-    return bgr_to_yuv420(device_blur(frames, faces, STRENGTH)).cpu().numpy()
+        faces = detect(yuv420_to_bgr(raw).to(torch.uint8).permute(0, 2, 3, 1).contiguous().cpu().numpy())
+    return blur_faces_in_planes(raw, faces, STRENGTH).cpu().numpy()
 
 
 def main() -> None:

@@ -87,5 +87,10 @@ def test_face_blur_on_the_device_agrees_with_the_opencv_path(
             x1, y1, x2, y2 = face_region(face, host_frames.shape[1:3])
             inside[y1:y2, x1:x2] = True
         luma, before = device[index, :height], planes[index, :height]
+        widened = np.zeros_like(inside)  # to whole 2×2 chroma blocks
+        for face in faces[index]:
+            x1, y1, x2, y2 = face_region(face, host_frames.shape[1:3])
+            widened[y1 & ~1 : (y2 + 1) & ~1, x1 & ~1 : (x2 + 1) & ~1] = True
+        assert np.array_equal(luma[~widened], before[~widened]), f"frame {index}: pixels outside the faces changed"
         if inside.any():
             assert _psnr(luma[inside], before[inside]) < 35, f"frame {index}: faces not blurred"

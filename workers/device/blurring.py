@@ -8,10 +8,11 @@ from collections.abc import Sequence
 import torch
 from kornia.filters import get_gaussian_kernel1d
 
+from workers.device.colour import bgr_to_yuv420, yuv420_to_bgr
 from workers.faces.detection import Face
 from workers.processors.face_blur import face_region
 
-__all__ = ["blur_faces", "gaussian_kernel"]
+__all__ = ["blur_faces", "blur_faces_in_planes", "gaussian_kernel"]
 
 # OpenCV's fixed kernels for sides up to 9 when sigma is derived from the side (getGaussianKernel's table).
 _SMALL = {
@@ -79,3 +80,41 @@ def blur_faces(frames: torch.Tensor, faces: Sequence[Sequence[Face]], strength: 
             side = max(3, int(strength * max(x2 - x1, y2 - y1)) | 1)
             frames[index, :, y1:y2, x1:x2] = _blur(source[:, y1:y2, x1:x2], side).round()
     return frames
+
+
+def blur_faces_in_planes(planes: torch.Tensor, faces: Sequence[Sequence[Face]], strength: float) -> torch.Tensor:
+    """``face_blur`` on 4:2:0 planes (uint8 ``[N, H*3/2, W]`` on the device), in place; returned.
+
+    Only the faces' regions are converted (to BGR, blurred, back to 4:2:0), each widened to whole 2×2 chroma
+    blocks; every other pixel passes through untouched. The work grows with the faces' area, not the frame's.
+    """
+    count, rows, width = planes.shape
+    height = rows * 2 // 3
+    for index, found in enumerate(faces):
+        source = planes[index].clone() if len(found) > 1 else planes[index]  # boxes may overlap: blur the original
+        for face in found:
+            x1, y1, x2, y2 = face_region(face, (height, width))
+            if x2 <= x1 or y2 <= y1:
+                continue
+            ex1, ey1, ex2, ey2 = x1 & ~1, y1 & ~1, min(width, (x2 + 1) & ~1), min(height, (y2 + 1) & ~1)
+            region = yuv420_to_bgr(_cut(source, ex1, ey1, ex2, ey2, height, width).unsqueeze(0))[0]
+            side = max(3, int(strength * max(x2 - x1, y2 - y1)) | 1)
+            inner = region[:, y1 - ey1 : y2 - ey1, x1 - ex1 : x2 - ex1]
+            region[:, y1 - ey1 : y2 - ey1, x1 - ex1 : x2 - ex1] = _blur(inner, side).round()
+            _paste(planes[index], bgr_to_yuv420(region.unsqueeze(0))[0], ex1, ey1, ex2, ey2, height, width)
+    return planes
+
+
+def _cut(frame: torch.Tensor, x1: int, y1: int, x2: int, y2: int, height: int, width: int) -> torch.Tensor:
+    """The planes of the even-aligned rectangle, as a small frame of its own ``[h*3/2, w]``."""
+    chroma = frame[height:].reshape(2, height // 2, width // 2)[:, y1 // 2 : y2 // 2, x1 // 2 : x2 // 2]
+    return torch.cat([frame[y1:y2, x1:x2], chroma.reshape((y2 - y1) // 2, x2 - x1)], dim=0)
+
+
+def _paste(
+    frame: torch.Tensor, small: torch.Tensor, x1: int, y1: int, x2: int, y2: int, height: int, width: int
+) -> None:
+    rows = y2 - y1
+    frame[y1:y2, x1:x2] = small[:rows]
+    chroma = frame[height:].view(2, height // 2, width // 2)
+    chroma[:, y1 // 2 : y2 // 2, x1 // 2 : x2 // 2] = small[rows:].reshape(2, rows // 2, (x2 - x1) // 2)

@@ -2,7 +2,8 @@
 on the device, downloaded once as 4:2:0 planes for the encoder's pipe.
 
 Detection still runs through the detectors' engines on frames handed to them as uint8 BGR (the one download inside
-the batch); the pixel stages around it stay on the device.
+the batch); the pixel stages around it stay on the device, and convert only the faces' regions: the rest of each
+frame goes back to the encoder as it came from the decoder.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
-from workers.device.blurring import blur_faces
-from workers.device.colour import bgr_to_yuv420, yuv420_to_bgr
+from workers.device.blurring import blur_faces_in_planes
+from workers.device.colour import yuv420_to_bgr
 from workers.faces.detection import Face
 
 __all__ = ["DeviceBlur"]
@@ -39,9 +40,7 @@ class DeviceBlur:
 
     def __call__(self, planes: Planes) -> Planes:
         """The batch with every detected face blurred, as 4:2:0 planes again."""
-        raw = torch.from_numpy(np.ascontiguousarray(planes)).to(self.device, non_blocking=True)
-        frames = yuv420_to_bgr(raw)
-        host = frames.to(torch.uint8).permute(0, 2, 3, 1).contiguous().cpu().numpy()
+        raw = torch.from_numpy(np.array(planes)).to(self.device, non_blocking=True)
+        host = yuv420_to_bgr(raw).to(torch.uint8).permute(0, 2, 3, 1).contiguous().cpu().numpy()
         faces = self.detect(host)
-        blur_faces(frames, faces, self.strength)
-        return bgr_to_yuv420(frames).cpu().numpy()
+        return blur_faces_in_planes(raw, faces, self.strength).cpu().numpy()
