@@ -33,7 +33,7 @@ from shared.tasks import (
     STITCH_QUEUE,
     render_queue,
 )
-from workers import planning, presence, reaping, rendering, stitching, webhooks
+from workers import codecs, planning, presence, reaping, rendering, stitching, webhooks
 from workers.engines.family import detect_family
 from workers.metrics import WorkerMetrics, serve
 from workers.runtime import Runtime
@@ -117,6 +117,10 @@ def create_app(settings: Settings) -> Celery:
         signals.worker_process_init.connect(
             lambda **_: _warm(settings), weak=False, dispatch_uid=f"swapfarm-{id(app)}-warm-models"
         )
+
+    # The codec probe (short ffmpeg processes, no CUDA) runs once as the worker starts, in its main process: the
+    # pool's children inherit the result (``workers.codecs``).
+    signals.worker_init.connect(lambda **_: codecs.probed(), weak=False, dispatch_uid=f"swapfarm-{id(app)}-codecs")
 
     @lru_cache(maxsize=4)
     def runtime(hostname: str) -> Runtime:
