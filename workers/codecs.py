@@ -60,7 +60,7 @@ PROBE_TIMEOUT = 20.0
 @dataclass(frozen=True)
 class CodecSupport:
     """What the probe found: ``listed`` hardware encoders, those that encoded a frame (``working``), why the
-    others failed (``failed``: encoder → ffmpeg's last line), and the decode path (``hwaccel``: ``cuda`` or None
+    others failed (``failed``: encoder → the cause ffmpeg gave), and the decode path (``hwaccel``: ``cuda`` or None
     for the software decoder) with the reason it was chosen."""
 
     listed: tuple[str, ...] = ()
@@ -109,7 +109,8 @@ def decode_probe_args(sample: Path, hwaccel: str = HWACCEL) -> list[str]:
 
 
 def _try(args: list[str]) -> str | None:
-    """None when the command succeeded, else why not (ffmpeg's last line of stderr)."""
+    """None when the command succeeded, else why not: ffmpeg's first line of stderr (the cause, e.g. ``Cannot load
+    libcuda.so.1``; the lines after it say what failed because of it), without its ``[codec @ 0x…]`` prefix."""
     try:
         done = subprocess.run(
             args, stdin=subprocess.DEVNULL, capture_output=True, timeout=PROBE_TIMEOUT, env=child_env(), check=False
@@ -119,7 +120,7 @@ def _try(args: list[str]) -> str | None:
     if done.returncode == 0:
         return None
     lines = done.stderr.decode(errors="replace").strip().splitlines()
-    return lines[-1] if lines else f"exit {done.returncode}"
+    return re.sub(r"^\[[^\]]*@ 0x[0-9a-f]+\] ", "", lines[0]) if lines else f"exit {done.returncode}"
 
 
 def probe() -> CodecSupport:
