@@ -1,22 +1,31 @@
 """GPU check of the torch engine, in one command and under five minutes on one GPU; prints one table.
 
     .venv/bin/python benchmarks/gpu_check.py                 # on a CUDA/ROCm machine (torch with CUDA, onnxruntime-gpu)
-    .venv/bin/python benchmarks/gpu_check.py --smoke         # the same code paths on the CPU, tiny models (a minute)
+    .venv/bin/python benchmarks/gpu_check.py --cpu-smoke     # the same code paths on the CPU, tiny models (CI)
+
+Without a GPU (and without ``--cpu-smoke``) it refuses to run: exit status 2 and one line saying why, never
+full-size models on the CPU passed off as a GPU figure. Every figure is checked before it is printed: an ONNX
+Runtime session whose *active* providers fell back to the CPU is reported as such (not as CUDA), and a job that
+did not succeed gets its status and error, not a frame rate.
 
 Rows, each a measurement:
 
 * ``throughput``: faces/s and peak memory of the full-size inswapper replica (≈174.6 GMAC per face) and of the
   enhancer replica (gfpgan layout at ``--enhancer-width``, the replica builder has no full-size GFPGAN) —
-  ONNX Runtime's CUDA provider vs torch eager vs ``torch.compile`` (default, reduce-overhead, max-autotune) — at
-  each batch bucket of ``--buckets``. "first s" is the first call of that shape: the compile, cold (the compile
-  cache starts empty).
+  ONNX Runtime's CUDA provider (and TensorRT's where present) vs torch eager vs ``torch.compile`` (default,
+  reduce-overhead, max-autotune) — at each batch bucket of ``--buckets``, in each precision of ``--precisions``
+  (fp32, fp16, bf16; the torch engine only). "first s" is the first call of that shape: the compile, cold (the
+  compile cache starts empty).
 * ``fit``: the per-face peak (slope of peak memory between the smallest and largest bucket, compiled default),
   the device's free memory, and the batch the engine would fit at the safety fraction.
 * ``compile cache``: the same compile (swapper, default mode, bucket 8) in a second process, warm from the cache,
   against the cold first call above.
 * ``e2e``: a ``face_swapper`` job on ``crowd_1080p.mp4`` through the farm's embedded run (plan, chunks, stitch;
   yunet detector, ArcFace replica, full-size inswapper replica on the torch engine, default mode, buckets up to
-  ``--e2e-max-batch``): frames/s of a first (cold: model load, warm-up) and a second (warm) run.
+  ``--e2e-max-batch``): frames/s and faces/s of a first (cold: model load, warm-up) and a second (warm) run,
+  each printed only when the job succeeded, with the device's busy share over the warm run (NVML, where present).
+* ``stage``: the same chain run serially on ``--stage-frames`` frames, the seconds per frame of each stage
+  (decode, detect, align, swap, paste, encode; upload and download are inside the swap on the host path).
 
 A time budget (``--budget`` seconds) skips what would overrun, saying so in the table.
 """
@@ -31,6 +40,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -46,19 +56,24 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from shared.media import probe  # noqa: E402
 from shared.options import JobOptions  # noqa: E402
-from shared.settings import CompileMode, Settings  # noqa: E402
+from shared.settings import CompileMode, Precision, Settings  # noqa: E402
 from tests.support import replicas  # noqa: E402
 from workers.embedded import run_local  # noqa: E402
-from workers.engines.compiling import use_compile_cache  # noqa: E402
+from workers.engines.compiling import conversion, use_compile_cache  # noqa: E402
 from workers.engines.memory import DeviceMemory, fitted_batch, memory_for  # noqa: E402
 from workers.engines.onnx_to_torch import convert  # noqa: E402
 from workers.engines.torch_engine import TorchEngine  # noqa: E402
+from workers.frames import FrameReader, FrameWriter  # noqa: E402
+from workers.pipeline import stages_of  # noqa: E402
+from workers.processors import ProcessorContext, Work, build  # noqa: E402
 
 # The reference media and models lie beside the checkout (shared/data of the project's workspace).
 DATA_CANDIDATES = (ROOT.parent / "shared" / "data", ROOT / "shared" / "data")
 MODES: tuple[CompileMode, ...] = ("eager", "default", "reduce-overhead", "max-autotune")
 Feeds = dict[str, np.ndarray]
+E2E_OPTIONS = JobOptions.model_validate({"processors": ["face_swapper"], "face": {"swapper": "inswapper_128"}})
 
 
 @dataclass
@@ -77,13 +92,15 @@ class Check:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.deadline = time.monotonic() + args.budget
-        self.device = "cuda" if torch.cuda.is_available() and not args.smoke else "cpu"
+        self.device = "cpu" if args.cpu_smoke else "cuda"  # main() refused to start without a GPU
         self.memory: DeviceMemory = memory_for(self.device)
         self.rows: list[Row] = []
         self.work = Path(tempfile.mkdtemp(prefix="swapfarm-gpu-check-"))
         self.cache = use_compile_cache(self.work / "torch-compile")
         self.peaks: dict[tuple[str, int], int] = {}
         self.first_calls: dict[tuple[str, str, int], float] = {}
+        self.faces_per_frame = 0.0
+        self._settings: Settings | None = None
 
     def left(self) -> float:
         return self.deadline - time.monotonic()
@@ -94,7 +111,7 @@ class Check:
     # throughput ------------------------------------------------------------------------------------------------
 
     def models(self) -> dict[str, onnx.ModelProto]:
-        if self.args.smoke:
+        if self.args.cpu_smoke:
             return {"inswapper_128": replicas.inswapper_128(), "gfpgan_1.4": replicas.gfpgan_1_4()}
         return {
             "inswapper_128": replicas.inswapper_128(width=1.0),
@@ -130,39 +147,65 @@ class Check:
         if self.device == "cuda":
             torch.cuda.synchronize()
 
-    def ort_session(self, model: onnx.ModelProto) -> Any | None:
-        wanted = "CPUExecutionProvider" if self.device == "cpu" else "CUDAExecutionProvider"
-        if wanted not in onnxruntime.get_available_providers():
-            return None
+    def ort_providers(self) -> list[str]:
+        """The ONNX Runtime providers to measure here, best first: TensorRT and CUDA on a GPU, CPU in the smoke."""
+        if self.device == "cpu":
+            return ["CPUExecutionProvider"]
+        available = onnxruntime.get_available_providers()
+        return [p for p in ("TensorrtExecutionProvider", "CUDAExecutionProvider") if p in available]
+
+    def ort_session(self, model: onnx.ModelProto, provider: str) -> tuple[Any, str]:
+        """A session asked for ``provider`` alone, and the provider it actually runs on: ONNX Runtime falls back
+        to the CPU when a provider's libraries do not load, and says so only in ``get_providers()``."""
         options = onnxruntime.SessionOptions()
         options.log_severity_level = 3
-        return onnxruntime.InferenceSession(model.SerializeToString(), options, providers=[wanted])
+        session = onnxruntime.InferenceSession(model.SerializeToString(), options, providers=[provider])
+        return session, session.get_providers()[0]
 
     def throughput(self) -> None:
         for name, model in self.models().items():
             buckets = self.args.buckets if name == "inswapper_128" else self.args.buckets[:2]
-            session = self.ort_session(model)
-            if session is None:
-                self.skip("throughput", name, "ONNX Runtime has no CUDA provider here")
-            else:
-                for batch in buckets:
-                    first, seconds, peak = self.timed(partial(session.run, None), self.feeds(model, batch))
-                    self.add(name, "onnxruntime", batch, first, seconds, None)
-                del session
-            for mode in self.args.modes:
-                if self.left() < 45:
-                    self.skip("throughput", name, f"{mode}: out of time")
+            providers = self.ort_providers()
+            if not providers:
+                self.skip("throughput", name, "ONNX Runtime has no CUDA or TensorRT provider here")
+            for provider in providers:
+                session, active = self.ort_session(model, provider)
+                if active != provider:
+                    self.skip("throughput", name, f"ONNX Runtime {provider} fell back to {active}: not measured")
                     continue
-                engine = TorchEngine(convert(model), device=self.device, mode=mode, max_batch=max(buckets))
                 for batch in buckets:
-                    first, seconds, peak = self.timed(engine.run, self.feeds(model, batch))
-                    self.first_calls[(name, mode, batch)] = first
-                    if mode == "default":
-                        self.peaks[(name, batch)] = peak
-                    fallback = " eager fallback!" if engine.stats.eager_fallbacks else ""
-                    self.add(name, f"torch {mode}{fallback}", batch, first, seconds, peak)
-                del engine
-                self.release()
+                    first, seconds, _ = self.timed(partial(session.run, None), self.feeds(model, batch))
+                    self.add(name, f"onnxruntime {active.removesuffix('ExecutionProvider')}", batch, first, seconds,
+                             None)  # fmt: skip
+                del session
+            for precision in self.args.precisions:
+                for mode in self.args.modes:
+                    if self.left() < 45:
+                        self.skip("throughput", name, f"{mode} {precision}: out of time")
+                        continue
+                    self.torch_rows(name, model, buckets, mode, precision)
+
+    def torch_rows(
+        self, name: str, model: onnx.ModelProto, buckets: list[int], mode: CompileMode, precision: Precision
+    ) -> None:
+        engine = TorchEngine(
+            convert(model, **conversion(precision)), device=self.device, mode=mode, max_batch=max(buckets),
+            precision=precision,
+        )  # fmt: skip
+        for batch in buckets:
+            try:
+                first, seconds, peak = self.timed(engine.run, self.feeds(model, batch))
+            except torch.OutOfMemoryError:
+                self.skip("throughput", name, f"torch {mode} {precision} batch {batch}: out of device memory")
+                break
+            if precision == "fp32":
+                self.first_calls[(name, mode, batch)] = first
+                if mode == "default":
+                    self.peaks[(name, batch)] = peak
+            fallback = " eager fallback!" if engine.stats.eager_fallbacks else ""
+            self.add(name, f"torch {mode} {precision}{fallback}", batch, first, seconds, peak)
+        del engine
+        self.release()
 
     def add(self, name: str, engine: str, batch: int, first: float, seconds: float, peak: int | None) -> None:
         self.rows.append(
@@ -209,7 +252,8 @@ class Check:
             self.skip("compile cache", "inswapper_128", "out of time")
             return
         env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHINDUCTOR")}
-        args = [sys.executable, __file__, "--warm-probe", str(self.cache)] + (["--smoke"] if self.args.smoke else [])
+        smoke = ["--cpu-smoke"] if self.args.cpu_smoke else []
+        args = [sys.executable, __file__, "--warm-probe", str(self.cache), *smoke]
         done = subprocess.run(args, check=True, capture_output=True, text=True, env=env, cwd=ROOT, timeout=self.left())
         warm = json.loads(done.stdout.strip().splitlines()[-1])["first_call_seconds"]
         cold = self.first_calls[key]
@@ -220,20 +264,19 @@ class Check:
 
     # end to end ------------------------------------------------------------------------------------------------
 
-    def e2e(self) -> None:
-        data = self.args.data or next((d for d in DATA_CANDIDATES if (d / "media").exists()), DATA_CANDIDATES[0])
-        video, source = data / "media" / "crowd_1080p.mp4", data / "media" / "s0.jpg"
-        if not video.exists():
-            self.skip("e2e", "face_swapper", f"{video} is missing")
-            return
-        if self.left() < 90:
-            self.skip("e2e", "face_swapper", "out of time")
-            return
+    def data(self) -> Path:
+        found = next((d for d in DATA_CANDIDATES if (d / "media").exists()), DATA_CANDIDATES[0])
+        return Path(self.args.data or found)
+
+    def e2e_settings(self) -> Settings:
+        data = self.data()
         models = self.work / "models"
-        models.mkdir(exist_ok=True)
+        if self._settings is not None:
+            return self._settings
+        models.mkdir()
         shutil.copy(data / "models" / "yunet_2023mar.onnx", models / "yunet_2023_mar.onnx")
         replicas.install_replica(replicas.arcface_w600k_r50(), "arcface_w600k_r50", models)
-        width = replicas.REDUCED_WIDTH if self.args.smoke else 1.0
+        width = replicas.REDUCED_WIDTH if self.args.cpu_smoke else 1.0
         replicas.install_replica(replicas.inswapper_128(width=width), "inswapper_128", models)
         settings = Settings(
             environment="development",
@@ -243,28 +286,117 @@ class Check:
             allow_model_hash_mismatch=True,
             family="cpu" if self.device == "cpu" else "auto",
             engine="torch",
-            torch_compile_mode="default",
+            torch_compile_mode=self.args.e2e_mode,
             torch_max_batch=self.args.e2e_max_batch,
             torch_compile_cache_dir=self.cache,
             work_dir=self.work / "work",
             batch_size=16,
         )
-        options = JobOptions.model_validate({"processors": ["face_swapper"], "face": {"swapper": "inswapper_128"}})
-        for attempt in ("cold", "warm"):
-            started = time.perf_counter()
-            result = run_local(
-                target=video, sources=[source], output=self.work / f"e2e-{attempt}.mp4", options=options,
-                workers=2, settings=settings,
-            )  # fmt: skip
-            seconds = time.perf_counter() - started
-            frames = result.frames_total or 0
+        self._settings = settings
+        return settings
+
+    def stages(self) -> None:
+        """The chain's stages one after another on ``--stage-frames`` frames: seconds per frame of each."""
+        video, source = self.data() / "media" / self.args.clip, self.data() / "media" / "s0.jpg"
+        if not video.exists():
+            self.skip("stage", "face_swapper", f"{video.name} is missing")
+            return
+        if self.left() < 60:
+            self.skip("stage", "face_swapper", "out of time")
+            return
+        settings = self.e2e_settings()
+        media = probe(video)
+        context = ProcessorContext(options=E2E_OPTIONS, sources=[source], settings=settings)
+        chain = stages_of([build("face_swapper", context)])
+        spent: dict[str, float] = {"decode": 0.0}
+        frames = faces = 0
+        reader = FrameReader(
+            video, seek_seconds=0, frames=self.args.stage_frames, width=media.width, height=media.height,
+            batch_size=self.args.e2e_max_batch, depth=1,
+        )  # fmt: skip
+        writer = FrameWriter(
+            self.work / "stages.mp4", width=media.width, height=media.height, fps=media.fps,
+            options=E2E_OPTIONS.encoder, depth=1,
+        )  # fmt: skip
+        encode = 0.0
+        with reader:
+            batches = iter(reader)
+            while True:
+                started = time.perf_counter()
+                batch = next(batches, None)
+                spent["decode"] += time.perf_counter() - started
+                if batch is None:
+                    break
+                if frames == 0:  # the first batch once untimed: model loads, warm-up and compiles are not a stage
+                    warm = Work(batch.copy())
+                    for stage in chain:
+                        warm = stage(warm)
+                work = Work(batch)
+                for stage in chain:
+                    started = time.perf_counter()
+                    work = stage(work)
+                    self.sync()
+                    label = getattr(stage, "__name__", "stage").strip("_")
+                    spent[label] = spent.get(label, 0.0) + time.perf_counter() - started
+                frames += len(batch)
+                faces += sum(len(found) for found in work.targets or [])
+                started = time.perf_counter()
+                writer.write(work.frames)
+                encode += time.perf_counter() - started
+        started = time.perf_counter()
+        writer.close()
+        spent["encode"] = encode + time.perf_counter() - started
+        if writer.frames_written != frames or frames == 0:
+            self.skip("stage", "face_swapper", f"encoded {writer.frames_written} of {frames} frames: not measured")
+            return
+        self.faces_per_frame = faces / frames
+        total = sum(spent.values())
+        for label, seconds in spent.items():
             self.rows.append(
-                Row("e2e", "face_swapper crowd_1080p", f"torch default ({attempt})", f"≤{self.args.e2e_max_batch}",
-                    rate=f"{frames / seconds:.1f} frames/s", note=f"{frames} frames in {seconds:.1f}s, {result.status}")
+                Row("stage", label, f"torch {settings.torch_compile_mode}", str(self.args.e2e_max_batch),
+                    rate=f"{seconds / frames * 1000:.1f} ms/frame", note=f"{seconds / total:.0%} of the serial time")
+            )  # fmt: skip
+        self.rows.append(
+            Row("stage", "upload, download", "-", note="inside the swap stage on the host path (crops move per batch)")
+        )
+        self.rows.append(
+            Row("stage", "faces", "-", rate=f"{self.faces_per_frame:.1f} faces/frame", note=f"{frames} frames")
+        )
+
+    def e2e(self) -> None:
+        video, source = self.data() / "media" / self.args.clip, self.data() / "media" / "s0.jpg"
+        if not video.exists():
+            self.skip("e2e", "face_swapper", f"{video.name} is missing")
+            return
+        if self.left() < 90:
+            self.skip("e2e", "face_swapper", "out of time")
+            return
+        settings = self.e2e_settings()
+        for attempt in ("cold",) if self.args.cpu_smoke else ("cold", "warm"):
+            busy = BusySampler(self.device)
+            started = time.perf_counter()
+            with busy:
+                result = run_local(
+                    target=video, sources=[source], output=self.work / f"e2e-{attempt}.mp4", options=E2E_OPTIONS,
+                    workers=2, settings=settings,
+                )  # fmt: skip
+            seconds = time.perf_counter() - started
+            subject, engine = f"face_swapper {video.stem}", f"torch {self.args.e2e_mode} ({attempt})"
+            if result.status != "succeeded" or not result.frames_total:
+                self.rows.append(
+                    Row("e2e", subject, engine, note=f"job {result.status}: {result.error_code} {result.error_message}")
+                )
+                continue
+            frames = result.frames_total
+            faces = f", ≈{frames * self.faces_per_frame / seconds:.0f} faces/s" if self.faces_per_frame else ""
+            warned = f", warnings: {', '.join(code for code, _ in result.warnings)}" if result.warnings else ""
+            self.rows.append(
+                Row("e2e", subject, engine, f"≤{self.args.e2e_max_batch}", rate=f"{frames / seconds:.1f} frames/s",
+                    note=f"{frames} frames in {seconds:.1f}s{faces}, device busy {busy.share()}{warned}")
             )  # fmt: skip
 
     def print(self) -> None:
-        name = torch.cuda.get_device_name() if self.device == "cuda" else "CPU (smoke)"
+        name = torch.cuda.get_device_name() if self.device == "cuda" else "CPU (--cpu-smoke: not a GPU figure)"
         print(
             f"\nswapfarm GPU check — {name}, torch {torch.__version__}, onnxruntime {onnxruntime.__version__}, "
             f"{self.args.budget - self.left():.0f}s"
@@ -276,11 +408,50 @@ class Check:
             print(" ".join(f"{cell:<{width}}" if width else cell for cell, width in zip(cells, widths, strict=True)))
 
 
+class BusySampler:
+    """The device's busy share (NVML utilisation, sampled every 0.1 s) over a block; ``n/a`` where NVML is not
+    installed or on the CPU."""
+
+    def __init__(self, device: str) -> None:
+        self.samples: list[int] = []
+        self.device = device
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.sample, name="busy-sampler", daemon=True)
+
+    def sample(self) -> None:
+        while not self.stop.wait(0.1):
+            try:
+                self.samples.append(int(torch.cuda.utilization()))
+            except Exception:  # no NVML (pynvml) here: the share stays n/a
+                return
+
+    def __enter__(self) -> BusySampler:
+        if self.device == "cuda":
+            self.thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop.set()
+        if self.thread.is_alive():
+            self.thread.join()
+
+    def share(self) -> str:
+        return f"{statistics.mean(self.samples):.0f}%" if self.samples else "n/a (no NVML)"
+
+
+def no_gpu_reason() -> str | None:
+    """Why this machine cannot give a GPU figure, or None when torch sees a CUDA or ROCm device."""
+    if torch.cuda.is_available():
+        return None
+    build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "no CUDA"
+    return f"no GPU: torch {torch.__version__} ({build}) sees no CUDA or ROCm device; --cpu-smoke runs the CPU smoke"
+
+
 def warm_probe(cache: Path, smoke: bool) -> None:
     """In a fresh process: the swapper's default-mode bucket-8 first call, from the cache in ``cache``."""
     use_compile_cache(cache)
     model = replicas.inswapper_128() if smoke else replicas.inswapper_128(width=1.0)
-    device = "cuda" if torch.cuda.is_available() and not smoke else "cpu"
+    device = "cpu" if smoke else "cuda"
     engine = TorchEngine(convert(model), device=device, mode="default", max_batch=8)
     feeds = {
         "target": np.zeros((8, 3, 128, 128), np.float32),
@@ -295,28 +466,50 @@ def warm_probe(cache: Path, smoke: bool) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--smoke", action="store_true", help="tiny replicas on the CPU: check the script itself")
+    parser.add_argument("--cpu-smoke", action="store_true", help="tiny replicas on the CPU: check the script itself")
+    parser.add_argument("--precisions", nargs="+", choices=["fp32", "fp16", "bf16"], help="default fp32 bf16 fp16")
+    parser.add_argument("--stage-frames", type=int, help="frames of the serial stage split (default 48)")
+    parser.add_argument("--clip", help="the end-to-end clip in the data folder's media (default crowd_1080p.mp4)")
+    parser.add_argument("--e2e-mode", choices=MODES, help="compile mode of the end-to-end run (default: default)")
     parser.add_argument("--budget", type=float, default=285.0, help="seconds; later checks are skipped past it")
-    parser.add_argument("--buckets", type=int, nargs="+", default=[1, 8, 32])
-    parser.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
+    parser.add_argument("--buckets", type=int, nargs="+", help="default 1 8 32")
+    parser.add_argument("--modes", nargs="+", choices=MODES, help="default: all")
     parser.add_argument("--enhancer-width", type=int, default=64)
     parser.add_argument("--seconds-per-point", type=float, default=1.0)
     parser.add_argument("--safety", type=float, default=0.8)
-    parser.add_argument("--e2e-max-batch", type=int, default=8)
+    parser.add_argument("--e2e-max-batch", type=int)
     parser.add_argument("--data", type=Path, help="folder with media/crowd_1080p.mp4 and models/yunet_2023mar.onnx")
     parser.add_argument("--warm-probe", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.warm_probe:
-        warm_probe(args.warm_probe, args.smoke)
+        warm_probe(args.warm_probe, args.cpu_smoke)
         return
-    if args.smoke:
-        args.buckets, args.modes = [1, 8], ["eager", "default", "max-autotune"]
-        args.seconds_per_point, args.e2e_max_batch = min(args.seconds_per_point, 0.2), 1
+    reason = None if args.cpu_smoke else no_gpu_reason()
+    if reason is not None:
+        print(f"gpu_check: {reason}", file=sys.stderr)
+        sys.exit(2)
+    # What is not given explicitly: the full check on a GPU, the least that runs every code path in the smoke.
+    smoke = args.cpu_smoke
+    defaults: dict[str, object] = {
+        "buckets": [1, 8] if smoke else [1, 8, 32],
+        "modes": ["eager", "default"] if smoke else list(MODES),
+        "precisions": ["fp32"] if smoke else ["fp32", "bf16", "fp16"],
+        "stage_frames": 4 if smoke else 48,
+        "clip": "d18.mp4" if smoke else "crowd_1080p.mp4",
+        "e2e_mode": "eager" if smoke else "default",
+        "e2e_max_batch": 1 if smoke else 8,
+    }
+    for name, value in defaults.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    if smoke:
+        args.seconds_per_point = min(args.seconds_per_point, 0.2)
     check = Check(args)
     try:
         check.throughput()
         check.fit()
         check.cache_check()
+        check.stages()
         check.e2e()
     finally:
         check.print()

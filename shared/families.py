@@ -42,8 +42,6 @@ class FamilySpec:
         torch_build: the key of torch's ``version.py`` (``cuda``, ``hip``) a torch build for the family sets;
             ``None`` where any torch build serves.
         device_nodes: a glob under ``/dev`` whose match, with a matching torch build, implies the family.
-        hardware_encoder: a substring of the ffmpeg encoder names the family's GPU may offer (the doctor reports
-            it, and warns when ffmpeg has none); ``None``: no hardware encoder is expected.
         onnxruntime: the ONNX Runtime distribution (PyPI name) that has the family's providers.
         extra: the ``pyproject.toml`` extra that installs it (with the rest of a worker).
         image: the worker image (``docker/<image>.Dockerfile``) that installs the extra; ``None``: no image (a
@@ -58,7 +56,6 @@ class FamilySpec:
     memory: Literal["device", "host"]
     torch_build: Literal["cuda", "hip"] | None
     device_nodes: str | None
-    hardware_encoder: str | None
     onnxruntime: str
     extra: str
     image: str | None
@@ -81,7 +78,6 @@ FAMILIES: Mapping[AcceleratorFamily, FamilySpec] = {
             memory="device",
             torch_build="cuda",
             device_nodes="nvidia[0-9]*",
-            hardware_encoder="nvenc",
             onnxruntime="onnxruntime-gpu",
             extra="cuda",
             image="worker-cuda",
@@ -95,7 +91,6 @@ FAMILIES: Mapping[AcceleratorFamily, FamilySpec] = {
             memory="device",
             torch_build="hip",
             device_nodes="kfd",
-            hardware_encoder=None,
             onnxruntime="onnxruntime-migraphx",
             extra="rocm",
             image="worker-rocm",
@@ -109,7 +104,6 @@ FAMILIES: Mapping[AcceleratorFamily, FamilySpec] = {
             memory="host",
             torch_build=None,
             device_nodes=None,
-            hardware_encoder=None,
             onnxruntime="onnxruntime-openvino",
             extra="openvino",
             image="worker-cpu",  # built with ORT_BUILD=openvino (linux/amd64)
@@ -123,7 +117,6 @@ FAMILIES: Mapping[AcceleratorFamily, FamilySpec] = {
             memory="host",  # unified memory: the host's RAM budget
             torch_build=None,
             device_nodes=None,
-            hardware_encoder=None,
             onnxruntime="onnxruntime",  # the macOS wheel has the CoreML provider
             extra="worker",
             image=None,
@@ -137,7 +130,6 @@ FAMILIES: Mapping[AcceleratorFamily, FamilySpec] = {
             memory="host",
             torch_build=None,
             device_nodes=None,
-            hardware_encoder=None,
             onnxruntime="onnxruntime",
             extra="worker",
             image="worker-cpu",

@@ -25,7 +25,7 @@ from shared.errors import LeaseLostError, RetryableError, WorkerNameTakenError
 from shared.settings import Settings
 from shared.storage import Storage
 from shared.tasks import CONTROL_QUEUE, STITCH_QUEUE, TASKS, TaskSpec, render_queue
-from workers import presence
+from workers import codecs, presence
 from workers.engines.family import detect_family
 from workers.metrics import WorkerMetrics, serve
 from workers.runtime import Runtime
@@ -112,6 +112,10 @@ def create_app(settings: Settings) -> Celery:
         signals.worker_process_init.connect(
             lambda **_: _warm(settings), weak=False, dispatch_uid=f"swapfarm-{id(app)}-warm-models"
         )
+
+    # The codec probe (short ffmpeg processes, no CUDA) runs once as the worker starts, in its main process: the
+    # pool's children inherit the result (``workers.codecs``).
+    signals.worker_init.connect(lambda **_: codecs.probed(), weak=False, dispatch_uid=f"swapfarm-{id(app)}-codecs")
 
     @lru_cache(maxsize=4)
     def runtime(hostname: str) -> Runtime:

@@ -1,7 +1,8 @@
 """``swapfarm doctor``: what this machine offers a worker, and what will fall back.
 
 :func:`diagnose` gathers facts (accelerator family and devices, torch and ONNX Runtime with their providers, the
-engine each heavy model gets, ffmpeg with its hardware encoders and decoders, the compile cache) and judges
+engine each heavy model gets, ffmpeg with its hardware encoders and decoders and which of them work — probed by a
+one-frame encode and decode, :mod:`workers.codecs` — the compile cache) and judges
 them: a *warning* is something that works but not as configured (CUDA asked for, CPU used), an *error* something
 a worker cannot do without (no ffmpeg, no usable ONNX Runtime provider). :func:`render` prints the report.
 The parsing of ffmpeg's listings is pure (:func:`hardware_codecs`), tested without running ffmpeg.
@@ -21,9 +22,10 @@ from rich.table import Table
 from rich.text import Text
 
 from shared.errors import ModelError
-from shared.families import FAMILIES, GPU_FAMILIES, AcceleratorFamily
+from shared.families import GPU_FAMILIES, AcceleratorFamily
 from shared.options import Enhancer, Swapper, choices
 from shared.settings import Settings
+from workers import codecs
 from workers.engines.capability import probe_cpu
 from workers.engines.family import detect_family, torch_build
 from workers.engines.loading import EngineChoice, choose_engine, compile_mode, max_batch
@@ -80,11 +82,13 @@ def _ffmpeg_section(report: Report, family: AcceleratorFamily) -> None:
     report.add("ffmpeg", "hwaccels", ", ".join(hwaccels) or "none")
     report.add("ffmpeg", "hardware encoders", ", ".join(encoders) or "none")
     report.add("ffmpeg", "hardware decoders", ", ".join(decoders) or "none")
-    expected = FAMILIES[family].hardware_encoder
-    if expected is not None and not any(expected in name for name in encoders):
-        report.warnings.append(f"ffmpeg has no {expected.upper()} encoder: chunks are encoded by libx264 on the CPU")
-    elif expected == "nvenc":
-        report.add("ffmpeg", "note", "NVENC listed by ffmpeg; H100/H200-class GPUs have none (libx264 then)")
+    support = codecs.probe()
+    report.add("ffmpeg", "encoders that work", ", ".join(support.working) or "none (one-frame test encodes)")
+    for name, why in support.failed.items():
+        report.add("ffmpeg", f"{name} fails", why)
+    report.add("ffmpeg", "decode", support.decode_reason)
+    if family in GPU_FAMILIES and not support.working:
+        report.warnings.append("no hardware encoder works here: chunks are encoded by libx264/libx265 on the CPU")
 
 
 def _onnxruntime_section(report: Report, settings: Settings, family: AcceleratorFamily) -> None:

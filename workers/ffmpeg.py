@@ -37,18 +37,27 @@ def _input(source: Path, demuxer: str | None) -> list[str]:
 
 
 def decode_args(
-    source: Path, seek_seconds: float, frames: int, pix_fmt: str = "bgr24", *, demuxer: str | None = None
+    source: Path,
+    seek_seconds: float,
+    frames: int,
+    pix_fmt: str = "bgr24",
+    *,
+    demuxer: str | None = None,
+    hwaccel: str | None = None,
 ) -> list[str]:
     """Read ``frames`` frames starting at ``seek_seconds`` as raw BGR on stdout.
 
     ``-ss`` before ``-i`` seeks to the keyframe before the position and decodes from there, dropping the frames
     before it (accurate seek), so a chunk never decodes from the start of the video. Frames are passed through
     as decoded (no duplication or dropping), and rotation metadata is applied so frames are upright. The input is
-    read with ``demuxer`` (the probed one) and local files only.
+    read with ``demuxer`` (the probed one) and local files only. ``hwaccel`` (``cuda``, where the worker's probe
+    decoded with it: :mod:`workers.codecs`) decodes on the device and hands the frames back to system memory.
     """
     seek = ["-ss", f"{seek_seconds:.6f}"] if seek_seconds > 0 else []
+    accel = ["-hwaccel", hwaccel] if hwaccel else []
     return [
         *_BASE,
+        *accel,
         *seek,
         *_input(source, demuxer),
         "-map",

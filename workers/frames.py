@@ -72,10 +72,11 @@ class FrameReader:
         depth: int = 2,
         demuxer: str | None = None,
         stall_seconds: float | None = None,
+        hwaccel: str | None = None,
     ) -> None:
         self._format = pipe_format(width, height)
         self._convert = self._format == "yuv420p"
-        self._args = decode_args(source, seek_seconds, frames, self._format, demuxer=demuxer)
+        self._args = decode_args(source, seek_seconds, frames, self._format, demuxer=demuxer, hwaccel=hwaccel)
         self._stall = stall_seconds
         self._stderr: StderrTail | None = None
         self._frames, self._shape, self._batch = frames, (height, width, 3), batch_size

@@ -27,7 +27,7 @@ from shared.media import MediaInfo, frame_times
 from shared.options import JobOptions
 from shared.processes import StderrTail, child_env
 from shared.tasks import RENDER_CHUNK, STITCH, message
-from workers import ffmpeg, notices
+from workers import codecs, ffmpeg, notices
 from workers.engines.base import Degradation
 from workers.frames import FrameReader, FrameWriter
 from workers.leases import Heartbeat
@@ -140,6 +140,7 @@ def _render(
     source_urls: list[str],
 ) -> str:
     progress = [0]  # frames done, read by the heartbeat thread
+    options = codecs.usable_options(options, rt.codecs)
     scratch = rt.scratch / claim.job_id
     scratch.mkdir(parents=True, exist_ok=True)
     with (
@@ -200,6 +201,7 @@ def _process(
         batch_size=rt.settings.batch_size,
         demuxer=media.demuxer,
         stall_seconds=rt.settings.chunk_stall_seconds,
+        hwaccel=rt.codecs.hwaccel,
     )
     writer = FrameWriter(
         encoded, width=media.width, height=media.height, fps=media.fps, options=options.encoder,

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from shared.dispatch import Dispatcher
 from shared.settings import Settings
 from shared.storage import Storage
+from workers.codecs import CodecSupport, probed
 from workers.metrics import WorkerMetrics
 
 if TYPE_CHECKING:
@@ -26,6 +27,7 @@ class Runtime:
     celery: Celery | None = (
         None  # the Celery application of the process, where it has one (the reaper reads its broker)
     )
+    codecs: CodecSupport = field(default_factory=probed)  # probed once per process, as it starts taking tasks
 
     @property
     def db(self) -> str:

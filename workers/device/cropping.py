@@ -1,0 +1,92 @@
+"""Aligned crops of a batch's faces on the device, and the processed crops pasted back with their masks: the
+device's :mod:`workers.faces.cropping`. Sampling is kornia's ``warp_affine`` (bilinear in, bicubic back, as the
+host path's ``cv2.warpAffine`` calls); only each face's region of the frame is read or written."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from kornia.geometry.transform import warp_affine
+
+from workers.device.geometry import similarity_transforms
+
+__all__ = ["gather_crops", "paste_crops"]
+
+_MARGIN = 2  # pixels around a region, so that bilinear and bicubic taps read real pixels
+
+
+def _region(transform: torch.Tensor, size: float, height: int, width: int, margin: int) -> tuple[int, int, int, int]:
+    """The frame's pixels a ``size`` crop covers through the inverse of ``transform``, ``margin`` wider:
+    ``x1, y1, x2, y2``, clipped to the frame (the host path's ``paste_region`` with no margin)."""
+    linear, shift = transform[:, :2], transform[:, 2]
+    inverse = torch.linalg.inv(linear)
+    corners = torch.tensor([[0, 0], [size, 0], [size, size], [0, size]], dtype=transform.dtype)
+    points = (corners - shift) @ inverse.T
+    x1, y1 = (math.floor(v) - margin for v in points.min(dim=0).values.tolist())
+    x2, y2 = (math.ceil(v) + margin for v in points.max(dim=0).values.tolist())
+    return max(0, x1), max(0, y1), min(width, x2), min(height, y2)
+
+
+def gather_crops(
+    frames: torch.Tensor, landmarks: torch.Tensor, frame_of: torch.Tensor, template: torch.Tensor, size: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every face's aligned crop, in one sampling call for the batch.
+
+    Args:
+        frames: float BGR ``[N, 3, H, W]``.
+        landmarks: ``[F, 5, 2]``, the faces' landmarks in frame pixels.
+        frame_of: ``[F]``, the frame of each face.
+        template: ``[5, 2]``, the landmarks' places in a ``size`` crop.
+
+    Returns:
+        Crops, float ``[F, 3, size, size]`` (whole numbers, as the host path's uint8), and the frame → crop
+        transforms ``[F, 2, 3]`` (float64, on the CPU).
+    """
+    transforms = similarity_transforms(landmarks.cpu(), template.cpu())
+    height, width = frames.shape[2:]
+    regions = [_region(t, size, height, width, _MARGIN) for t in transforms]
+    tall = max(r[3] - r[1] for r in regions)
+    wide = max(r[2] - r[0] for r in regions)
+    patches = []
+    shifted = transforms.clone()
+    for index, (x1, y1, x2, y2) in enumerate(regions):
+        patch = frames[int(frame_of[index]), :, y1:y2, x1:x2]
+        # replicate to a common size: the frame's own edge where the region was clipped to it
+        patches.append(F.pad(patch[None], (0, wide - (x2 - x1), 0, tall - (y2 - y1)), mode="replicate")[0])
+        shifted[index, :, 2] += shifted[index, :, :2] @ torch.tensor([x1, y1], dtype=transforms.dtype)
+    matrices = shifted.to(frames.device, torch.float32)
+    crops = warp_affine(torch.stack(patches), matrices, (size, size), mode="bilinear", padding_mode="border")
+    return crops.round().clamp(0, 255), transforms
+
+
+def paste_crops(
+    frames: torch.Tensor, crops: torch.Tensor, transforms: torch.Tensor, frame_of: torch.Tensor, mask: torch.Tensor
+) -> torch.Tensor:
+    """Blend each processed crop back into its frame through the inverse of its transform, in place; returned.
+
+    Args:
+        frames: float BGR ``[N, 3, H, W]``.
+        crops: float ``[F, 3, S, S]``, the size they were gathered at.
+        transforms: ``[F, 2, 3]`` frame → crop, as :func:`gather_crops` gave them.
+        frame_of: ``[F]``.
+        mask: ``[S, S]`` blend weights in 0…1.
+    """
+    height, width = frames.shape[2:]
+    size = crops.shape[-1]
+    for index in range(len(crops)):
+        transform = transforms[index].to(torch.float64)
+        x1, y1, x2, y2 = _region(transform, size, height, width, 0)
+        if x2 <= x1 or y2 <= y1:
+            continue
+        inverse = torch.cat([torch.linalg.inv(transform[:, :2]), torch.zeros(2, 1, dtype=torch.float64)], dim=1)
+        inverse[:, 2] = -(inverse[:, :2] @ transform[:, 2]) - torch.tensor([x1, y1], dtype=torch.float64)
+        matrix = inverse[None].to(frames.device, torch.float32)
+        region = (y2 - y1, x2 - x1)
+        face = warp_affine(crops[index : index + 1], matrix, region, mode="bicubic", padding_mode="border")
+        weight = warp_affine(mask[None, None].to(frames.device), matrix, region, mode="bilinear")
+        target = frames[int(frame_of[index]), :, y1:y2, x1:x2]
+        blended = target + (face[0].clamp(0, 255) - target) * weight[0].clamp(0, 1)
+        target.copy_(blended.round())
+    return frames
