@@ -337,6 +337,7 @@ class Check:
                     work = stage(work)
                     self.sync()
                     label = getattr(stage, "__name__", "stage").strip("_")
+                    label = "swap" if label == "transform" else label  # the swapper's transform is its swap
                     spent[label] = spent.get(label, 0.0) + time.perf_counter() - started
                 frames += len(batch)
                 faces += sum(len(found) for found in work.targets or [])
