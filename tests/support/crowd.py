@@ -175,3 +175,15 @@ def longest_run_shown(hid: dict[tuple[int, int], bool], truths: list[Truth], min
             run = run + 1 if truth.size >= min_size and not hid[(truth.frame, face)] else 0
             longest = max(longest, run)
     return longest
+
+
+def background_changed(before: Frames, after: Frames) -> float:
+    """The share of pixels changed away from every face (beyond a face-height of each face's centre): what an
+    anonymiser hid that it need not have."""
+    changed = np.abs(after.astype(np.int16) - before.astype(np.int16)).max(axis=-1) > 2
+    near = np.zeros(changed.shape, bool)
+    for t in range(len(before)):
+        for route in PATHS:
+            size, cx, cy, _ = route.at(t)
+            near[t, max(int(cy - size), 0) : int(cy + size), max(int(cx - size), 0) : int(cx + size)] = True
+    return float(changed[~near].mean())
