@@ -126,9 +126,11 @@ def test_crowd_clip_hides_more_face_frames_and_the_nearest_face_where_it_was_mis
 
 
 def test_chunk_size_does_not_change_what_is_hidden(blur_settings: Settings, data_dir: Path, tmp_path: Path) -> None:
-    small = tmp_path / "crowd_720p.mp4"
+    # 360p keeps the three jobs short; tracks decide the same at any size. Plain mode: the strict sweep adds
+    # per-frame passes that read no other frame, so chunk edges cannot move what they find.
+    small = tmp_path / "crowd_360p.mp4"
     subprocess.run(
-        ["ffmpeg", "-v", "error", "-y", "-i", str(data_dir / "media" / "crowd_1080p.mp4"), "-vf", "scale=1280:720",
+        ["ffmpeg", "-v", "error", "-y", "-i", str(data_dir / "media" / "crowd_1080p.mp4"), "-vf", "scale=640:360",
          "-c:v", "libx264", "-preset", "veryfast", "-crf", "12", "-an", str(small)],
         check=True,
     )  # fmt: skip
@@ -136,8 +138,9 @@ def test_chunk_size_does_not_change_what_is_hidden(blur_settings: Settings, data
     src = read_frames(small)
     masks = {}
     for size in (105, 15, 7):
-        out = _blur(small, tmp_path / f"chunks-{size}.mp4", settings, chunk_frames=size)
+        out = _blur(small, tmp_path / f"chunks-{size}.mp4", settings, chunk_frames=size, face={"blur_strict": False})
         masks[size] = np.abs(out.astype(np.int16) - src.astype(np.int16)).max(axis=-1) > 2
+        del out
     assert masks[105].any()
     for size in (15, 7):
         differ = [i for i in range(len(src)) if not np.array_equal(masks[size][i], masks[105][i])]
