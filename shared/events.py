@@ -38,6 +38,7 @@ class EventKind(StrEnum):
     WEBHOOK_DELIVERED = "webhook_delivered"  # the receiver answered 2xx
     WEBHOOK_FAILED = "webhook_failed"  # an attempt failed; tried again later
     WEBHOOK_ABANDONED = "webhook_abandoned"  # an attempt failed and the retry time is over: no more attempts
+    FACES = "faces"  # what a face processor did in a chunk: face-frames hidden, how many tracks filled in
     STILLS_FAILED = "stills_failed"  # the before/after stills could not be made (the output is unaffected)
     # -- recovery: what the reaper and the senders saw of the broker ----------------------------------------------
     BROKER_UNREACHABLE = "broker_unreachable"  # the broker did not answer; the job's queued work waits for it

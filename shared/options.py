@@ -17,6 +17,7 @@ Detector = Literal["yunet", "scrfd", "retinaface", "yolo_face"]
 Swapper = Literal["inswapper_128", "inswapper_128_fp16", "hyperswap_1a_256", "simswap_256"]
 Enhancer = Literal["gfpgan_1.4", "gpen_bfr_512", "codeformer"]
 SelectorMode = Literal["all", "largest", "one", "reference"]
+BlurStyle = Literal["blur", "pixelate", "fill"]
 QualityPreset = Literal["fast", "quality"]
 VideoEncoder = Literal["libx264", "libx265", "libvpx-vp9", "libsvtav1", "h264_nvenc", "hevc_nvenc"]
 EncoderPreset = Literal["ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow"]
@@ -71,6 +72,21 @@ class FaceOptions(BaseModel):
         (0, 0, 0, 0), description="Top, right, bottom, left of the crop cut from the mask, in percent"
     )
     blur_strength: float = Field(0.5, gt=0.0, le=1.0, description="face_blur kernel, relative to face size")
+    blur_style: BlurStyle = Field("blur", description="face_blur: Gaussian blur, pixelation or a solid fill")
+    blur_strict: bool = Field(
+        True,
+        description="face_blur: hide every face any track or doubtful detection shows (low thresholds, a margin, a "
+        "soft edge); off: only the faces detected at detector_score, inside their boxes",
+    )
+    blur_margin: float = Field(
+        0.2, ge=0.0, le=1.0, description="face_blur strict: margin around each box, relative to its size"
+    )
+    tracking: bool = Field(True, description="Follow faces across frames (and chunk edges) as tracks")
+    track_gap: int = Field(4, ge=0, le=12, description="Frames a track may miss its face and have it filled in")
+    track_score: float = Field(
+        0.3, gt=0.0, lt=1.0, description="Least score that continues a track (a track starts at detector_score)"
+    )
+    landmark_smoothing: float = Field(0.5, ge=0.0, le=1.0, description="Landmark smoothing along a track, 0…1")
 
 
 PRESETS: dict[QualityPreset, dict[str, Any]] = {

@@ -54,7 +54,8 @@ def _to_yuv420p(frames: FrameBatch) -> FrameBatch:
 class FrameReader:
     """Decode ``frames`` frames from ``seek_seconds`` in batches of ``batch_size``, ``depth`` batches ahead.
 
-    Batches are BGR ``[N, H, W, 3]``.
+    Batches are BGR ``[N, H, W, 3]``. ``extra`` more frames are read where the file has them (a chunk's
+    look-ahead); ``optional`` makes every frame so (a look-behind: context, never output).
 
     Raises (on iteration):
         FfmpegError: ffmpeg failed, or the file ended before ``frames`` frames were read.
@@ -72,11 +73,15 @@ class FrameReader:
         depth: int = 2,
         demuxer: str | None = None,
         stall_seconds: float | None = None,
+        extra: int = 0,
+        optional: bool = False,
         hwaccel: str | None = None,
     ) -> None:
         self._format = pipe_format(width, height)
         self._convert = self._format == "yuv420p"
-        self._args = decode_args(source, seek_seconds, frames, self._format, demuxer=demuxer, hwaccel=hwaccel)
+        self._args = decode_args(source, seek_seconds, frames + extra, self._format, demuxer=demuxer, hwaccel=hwaccel)
+        self._required = 0 if optional else frames
+        frames += extra
         self._stall = stall_seconds
         self._stderr: StderrTail | None = None
         self._frames, self._shape, self._batch = frames, (height, width, 3), batch_size
@@ -127,9 +132,9 @@ class FrameReader:
             stderr = self._stderr.text() if self._stderr is not None else ""
             if self._stop.is_set():
                 return
-            if read < self._frames:
+            if read < self._required or (code != 0 and read < self._frames):
                 raise FfmpegError(
-                    f"decoding ended after {read} of {self._frames} frames (exit {code})",
+                    f"decoding ended after {read} of {self._required or self._frames} frames (exit {code})",
                     stderr=stderr,
                     code="media_truncated" if code == 0 else "ffmpeg_failed",
                 )

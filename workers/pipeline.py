@@ -24,6 +24,11 @@ logger = logging.getLogger(__name__)
 _END = object()
 
 
+def face_chain(processors: Sequence[Processor]) -> tuple[Staged, ...]:
+    """The chain's processors that work on faces (those with stages after the chain's one detection)."""
+    return tuple(cast(Staged, p) for p in processors if callable(getattr(p, "stages", None)))
+
+
 def stages_of(processors: Sequence[Processor]) -> list[Stage]:
     """The chain's stages in order: one face detection (and selection) if any processor works on faces, on the
     frames as decoded, then each processor's own stages (a processor without stages is one stage)."""
@@ -44,6 +49,8 @@ def _detection(staged: Sequence[Staged]) -> Stage:
     targeter = next((p.targeter for p in staged if p.targeter is not None), None)
 
     def detect(work: Work) -> Work:
+        if work.faces is not None:  # decided already, by tracks (workers.track_feed)
+            return work
         work.faces = detector.detect(work.frames)
         work.targets = targeter.select(work.frames, work.faces) if targeter is not None else work.faces
         return work
@@ -60,14 +67,15 @@ def _whole(processor: Processor) -> Stage:
 
 
 def run_stages(
-    batches: Iterable[FrameBatch],
+    batches: Iterable[FrameBatch] | Iterable[Work],
     stages: Sequence[Stage],
     sink: Callable[[FrameBatch], None],
     *,
     depth: int = 1,
 ) -> None:
-    """Feed ``batches`` through ``stages``, each on its own thread, and hand every result to ``sink`` in order
-    (on the calling thread, which also reads ``batches``' iterator on a feeder thread).
+    """Feed ``batches`` (frames, or work with its faces decided) through ``stages``, each on its own thread, and
+    hand every result to ``sink`` in order (on the calling thread, which also reads ``batches``' iterator on a
+    feeder thread).
 
     The first error of any stage, of ``batches`` or of ``sink`` stops every stage and is raised here; a
     :class:`BaseException` from ``sink`` (e.g. a lost lease) stops the pipeline the same way.
@@ -95,7 +103,7 @@ def run_stages(
     def feed() -> None:
         try:
             for batch in batches:
-                if not put(queues[0], Work(batch)):
+                if not put(queues[0], batch if isinstance(batch, Work) else Work(batch)):
                     return
             put(queues[0], _END)
         except BaseException as error:  # handed on: the caller raises it

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from sqlalchemy.exc import OperationalError
 
-from shared import fairness, jobs
+from shared import events, fairness, jobs
 from shared.db import session_scope
 from shared.dispatch import send_all
 from shared.errors import FfmpegError, LeaseLostError, ProcessorError, SwapfarmError
@@ -31,10 +31,11 @@ from workers import codecs, ffmpeg, notices
 from workers.engines.base import Degradation
 from workers.frames import FrameReader, FrameWriter
 from workers.leases import Heartbeat
-from workers.pipeline import run_stages, stages_of
+from workers.pipeline import face_chain, run_stages, stages_of
 from workers.processors import FrameBatch, Processor, ProcessorContext, build
-from workers.processors.base import Report
+from workers.processors.base import Report, Tallied
 from workers.runtime import Runtime
+from workers.track_feed import TrackFeed
 
 logger = logging.getLogger(__name__)
 
@@ -90,10 +91,13 @@ def _render_claimed(
     )  # fmt: skip
     started = time.monotonic()
     output_url: str | None = None
+    tallies: list[str] = []
     try:
-        output_url = _render(rt, claim, options, media, target_url, source_urls)
+        output_url = _render(rt, claim, options, media, target_url, source_urls, tallies)
         with session_scope(rt.db) as session:
             last = jobs.finish_chunk(session, claim, output_url, time.monotonic() - started)
+            for tally in tallies:  # with the chunk's acceptance: an attempt whose output is thrown away counts nothing
+                events.record(session, job_id, events.EventKind.FACES, chunk_index=claim.index, message=tally)
     except LeaseLostError:
         logger.info("job %s chunk %s: lease lost (taken over or cancelled); stopped", job_id, chunk_id)
         if output_url is not None:  # uploaded, then not accepted: the file is this attempt's alone
@@ -138,7 +142,9 @@ def _render(
     media: MediaInfo,
     target_url: str,
     source_urls: list[str],
+    tallies: list[str],
 ) -> str:
+    """Render the chunk and upload it; its URL. What processors with a ``tally`` did is added to ``tallies``."""
     progress = [0]  # frames done, read by the heartbeat thread
     options = codecs.usable_options(options, rt.codecs)
     scratch = rt.scratch / claim.job_id
@@ -160,6 +166,7 @@ def _render(
                 claim, media, options, target, encoded, progress, beat, stall_seconds=rt.settings.chunk_stall_seconds
             )
             rt.metrics.batch_size.observe(claim.frame_end - claim.frame_start)  # the chunk went through as one batch
+        tallies.extend(p.tally() for p in processors if isinstance(p, Tallied))
         output_url = rt.storage.job_url(claim.job_id, "chunks", f"{claim.index:05d}-{claim.token}.mp4")
         rt.storage.upload(encoded, output_url)
     return output_url
@@ -192,6 +199,9 @@ def _process(
     """Decode the chunk's frames through a pipe, run the processors' stages overlapped (:mod:`workers.pipeline`),
     encode through a pipe."""
     frames = claim.frame_end - claim.frame_start
+    feed, behind, ahead = _track_feed(rt, options, processors), 0, 0
+    if feed is not None:
+        behind, ahead = min(feed.context, claim.frame_start), feed.context
     reader = FrameReader(
         target,
         seek_seconds=claim.seek_seconds,
@@ -202,6 +212,22 @@ def _process(
         demuxer=media.demuxer,
         stall_seconds=rt.settings.chunk_stall_seconds,
         hwaccel=rt.codecs.hwaccel,
+        extra=ahead,
+    )
+    # The look-behind: the frames before the chunk, as context for its tracks. Seeking by the nominal frame rate
+    # lands exactly on constant-rate video; on variable-rate video it may land a frame or so off, which shifts
+    # only what the tracks see before the chunk, never the frames it outputs.
+    lookbehind = FrameReader(
+        target,
+        seek_seconds=max(0.0, claim.seek_seconds - behind / media.fps_value) if claim.frame_start > behind else 0.0,
+        frames=behind,
+        width=media.width,
+        height=media.height,
+        batch_size=rt.settings.batch_size,
+        demuxer=media.demuxer,
+        stall_seconds=rt.settings.chunk_stall_seconds,
+        hwaccel=rt.codecs.hwaccel,
+        optional=True,
     )
     writer = FrameWriter(
         encoded, width=media.width, height=media.height, fps=media.fps, options=options.encoder,
@@ -216,14 +242,26 @@ def _process(
             raise LeaseLostError(f"chunk {claim.chunk_id}: lease lost or job cancelled")
 
     try:
-        with reader:
-            run_stages(reader, stages_of(processors), sink)
+        with lookbehind, reader:
+            work = feed.work(lookbehind if behind else (), reader, frames) if feed is not None else reader
+            run_stages(work, stages_of(processors), sink)
         writer.close()
     except BaseException:
         writer.abort()
         raise
     if writer.frames_written != frames:
         raise ProcessorError(f"chunk produced {writer.frames_written} frames, expected {frames}")
+
+
+def _track_feed(rt: Runtime, options: JobOptions, processors: list[Processor]) -> TrackFeed | None:
+    """The chain's tracked detection (:mod:`workers.track_feed`), or ``None`` where no processor works on faces
+    or the job turned tracking off."""
+    staged = face_chain(processors)
+    if not staged or not options.face.tracking:
+        return None
+    targeter = next((p.targeter for p in staged if p.targeter is not None), None)
+    strict = "face_blur" in options.processors and options.face.blur_strict
+    return TrackFeed(staged[0].detector, targeter, options.face, strict=strict, batch_size=rt.settings.batch_size)
 
 
 def _transcode(

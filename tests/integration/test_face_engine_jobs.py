@@ -202,7 +202,14 @@ def test_the_overlapped_stages_keep_frame_order_and_count(
         sources=[],
         output=tmp_path / "out.mp4",
         options=JobOptions.model_validate(
-            {"processors": ["face_blur"], "encoder": {"lossless": True}, "chunk_frames": 13}
+            # plain face_blur: strict mode's doubtful detections may hide a test pattern's shape, which is not
+            # what this test judges (frame order and count)
+            {
+                "processors": ["face_blur"],
+                "encoder": {"lossless": True},
+                "chunk_frames": 13,
+                "face": {"blur_strict": False},
+            }
         ),
         workers=1,
         settings=settings,

@@ -123,7 +123,15 @@ def test_face_blur_changes_faces_and_nothing_else(face_settings: Settings, data_
         target=clip,
         sources=[],
         output=tmp_path / "blurred.mp4",
-        options=JobOptions.model_validate({"processors": ["face_blur"], "encoder": {"lossless": True}}),
+        # plain mode: only the faces detected at detector_score, inside their boxes (strict mode, the default, is
+        # tests/integration/test_face_tracks.py's)
+        options=JobOptions.model_validate(
+            {
+                "processors": ["face_blur"],
+                "encoder": {"lossless": True},
+                "face": {"blur_strict": False, "tracking": False},
+            }
+        ),
         workers=2,
         settings=face_settings,
     )

@@ -61,7 +61,10 @@ def test_the_transcode_and_the_pipes_give_the_same_frames_at_the_same_times(
     clip = CLIPS[clip_kind](tmp_path)
     farm.worker("w1")
     transcoded = submit(api, clip, {"processors": ["passthrough"], "encoder": ENCODER, "chunk_frames": 25})
-    piped = submit(api, clip, {"processors": ["face_blur"], "encoder": ENCODER, "chunk_frames": 25})  # no faces
+    # no faces; plain face_blur, since strict mode's doubtful detections may hide a test pattern's shape
+    piped = submit(
+        api, clip, {"processors": ["face_blur"], "encoder": ENCODER, "chunk_frames": 25, "face": {"blur_strict": False}}
+    )
     for job_id in (transcoded, piped):
         assert wait_finished(api, job_id, farm)["status"] == "succeeded"
     assert _ranges(settings, transcoded) == _ranges(settings, piped), "the same chunks"

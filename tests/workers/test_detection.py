@@ -188,3 +188,22 @@ def test_engine_is_called_once_per_frame() -> None:
 
     FaceDetector(Counting(), "yunet").detect(clip_frames("d18.mp4", slice(0, 4)))
     assert calls == [1, 1, 1, 1]
+
+
+def test_detector_size_is_honoured_by_a_fixed_size_model_through_tiles_and_letterbox() -> None:
+    frame = clip_frames("crowd_1080p.mp4", slice(50, 51))[0]  # 1080p; background faces about 30-60 px tall
+    model = engine(MODELS / "yunet_2023mar.onnx")
+    found = {size: FaceDetector(model, "yunet", size=size).detect_frame(frame) for size in (320, 640, 1280)}
+    heights = {size: sorted(float(f.box[3] - f.box[1]) for f in faces) for size, faces in found.items()}
+    assert len(found[1280]) > len(found[640]) >= len(found[320])
+    assert min(heights[1280]) < 50 < min(heights[640])  # the small faces the default size cannot see
+    for big in found[640]:  # the faces seen at 640 are still there, once each
+        overlaps = [f for f in found[1280] if _iou(f.box, big.box) > 0.5]
+        assert len(overlaps) == 1
+
+
+def _iou(a: np.ndarray, b: np.ndarray) -> float:
+    x1, y1 = max(a[0], b[0]), max(a[1], b[1])
+    x2, y2 = min(a[2], b[2]), min(a[3], b[3])
+    inter = max(0.0, x2 - x1) * max(0.0, y2 - y1)
+    return float(inter / ((a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter))

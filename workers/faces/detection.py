@@ -51,12 +51,16 @@ class Face:
         landmarks: float32 [5, 2], ``(x, y)`` of left eye, right eye, nose tip, left and right mouth corner.
         score: the detector's confidence, 0…1.
         embedding: float32 [D], the recogniser's raw embedding, once one has been computed.
+        track: the face track it belongs to (:mod:`workers.faces.tracking`), once tracked.
+        filled: not detected in this frame but filled in by its track across a short gap.
     """
 
     box: FloatArray
     landmarks: FloatArray
     score: float
     embedding: FloatArray | None = field(default=None)
+    track: int | None = field(default=None)
+    filled: bool = field(default=False)
 
     @property
     def area(self) -> float:
@@ -301,24 +305,35 @@ class FaceDetector:
         >>> faces_per_frame = detector.detect(frames)              # doctest: +SKIP
     """
 
-    def __init__(self, engine: Engine, detector: Detector, *, size: int = 640, score: float = 0.5) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        detector: Detector,
+        *,
+        size: int = 640,
+        score: float = 0.5,
+        input_size: int | None = None,
+    ) -> None:
         """Wrap a loaded detector model.
 
         Args:
             engine: the detector model, loaded.
             detector: which family it is; picks the normalisation and decoder from :data:`DETECTORS`.
-            size: the square input size; ignored (with a debug message) for models that accept one size only.
+            size: the detector size asked for (``FaceOptions.detector_size``): the frame is seen as if shrunk to
+                fit a ``size``×``size`` square. A model that takes one input size only honours it all the same:
+                a smaller size is letterboxed into its input, a larger one is detected in overlapping tiles
+                (:meth:`detect_frame`).
             score: the minimum confidence kept.
+            input_size: the model's square input; default: the family's fixed size, else ``size``.
         """
         self.spec = DETECTORS[detector]
-        if self.spec.fixed_size is not None and size != self.spec.fixed_size:
-            logger.debug("detector %s takes %s px only; ignoring size %s", detector, self.spec.fixed_size, size)
-            size = self.spec.fixed_size
-        if size % 32:
+        input_size = input_size or self.spec.fixed_size or size
+        if size % 32 or input_size % 32:
             raise ValueError(f"detector size must be a multiple of 32, got {size}")
         self.engine = engine
         self.detector = detector
-        self.size = size
+        self.size = input_size
+        self.view = size
         self.score = score
         self._input_name = engine.input_names[0]
 
@@ -334,25 +349,127 @@ class FaceDetector:
         engine = OnnxEngine.load(resolve(spec.model, settings), settings, spatial_size=size)
         height = engine.input_shape(engine.input_names[0])[2:3]
         if height and isinstance(height[0], int) and height[0] != size:
-            # A file exported for one size only (some SCRFD exports): that size it is.
-            logger.info("detector %s is fixed at %s px; using that instead of %s", spec.model, height[0], size)
+            # A file exported for one size only (some SCRFD exports): its input is that size, and the detector
+            # size asked for is honoured by letterboxing or tiling into it.
+            logger.info("detector %s is fixed at %s px; tiling or letterboxing into it", spec.model, height[0])
             size = height[0]
-        return cls(engine, options.detector, size=size, score=options.detector_score)
+        return cls(engine, options.detector, size=options.detector_size, score=options.detector_score, input_size=size)
 
-    def detect_frame(self, frame: Frame) -> list[Face]:
-        """The faces in one BGR frame, highest score first."""
-        canvas, scale = letterbox(frame, self.size)
+    def detect_frame(self, frame: Frame, score: float | None = None, *, whole_pass: bool = True) -> list[Face]:
+        """The faces in one BGR frame, highest score first, at or above ``score`` (default: the detector's).
+
+        The frame is seen at the scale that fits it into a :attr:`view`-sided square (never enlarged). Where that
+        is larger than the model's input, the scaled frame is cut into input-sized tiles overlapping by
+        :data:`TILE_OVERLAP` of a tile, each detected on its own, plus one pass over the whole frame for faces
+        larger than the overlap; a tile's faces that touch its inner edges are left to the tile (or the whole
+        pass) that holds them entire, and the rest is merged by NMS. ``whole_pass=False`` leaves out the pass over
+        the whole frame (for a caller that has run it already).
+        """
+        threshold = self.score if score is None else score
+        height, width = frame.shape[:2]
+        scale = min(self.view / height, self.view / width, 1.0)
+        scaled_w, scaled_h = max(1, round(width * scale)), max(1, round(height * scale))
+        if scaled_w <= self.size and scaled_h <= self.size:
+            found, found_scale = self._run(_fit(frame, scaled_w, scaled_h), threshold), scale
+            return _faces(found, found_scale)
+        scaled = _fit(frame, scaled_w, scaled_h)
+        parts = [self._whole(frame, threshold, scale)] if whole_pass else []
+        for x0, y0 in _tiles(scaled_w, scaled_h, self.size):
+            tile = self._run(scaled[y0 : y0 + self.size, x0 : x0 + self.size], threshold)
+            inner = _inside(tile.boxes, x0, y0, self.size, scaled_w, scaled_h)
+            offset = np.asarray([x0, y0], np.float32)
+            parts.append(
+                Detections(
+                    (tile.boxes[inner] + np.tile(offset, 2)) / scale,
+                    tile.scores[inner],
+                    (tile.landmarks[inner] + offset) / scale,
+                )
+            )
+        merged = _suppress(
+            np.concatenate([p.boxes for p in parts]),
+            np.concatenate([p.scores for p in parts]),
+            np.concatenate([p.landmarks for p in parts]),
+            threshold,
+        )
+        return _faces(merged, 1.0)
+
+    def _whole(self, frame: Frame, threshold: float, scale: float) -> Detections:
+        """The whole frame shrunk into the model's input: its faces in frame coordinates."""
+        canvas, whole_scale = letterbox(frame, self.size)
+        found = self._run(canvas, threshold)
+        return Detections(found.boxes / whole_scale, found.scores, found.landmarks / whole_scale)
+
+    def _run(self, picture: Frame, threshold: float) -> Detections:
+        """Detections in ``picture`` (at most the input size; zero-padded bottom/right), in its coordinates."""
+        canvas = np.zeros((self.size, self.size, 3), np.uint8)
+        canvas[: picture.shape[0], : picture.shape[1]] = picture
         tensor = crops_to_tensor(canvas[None], self.spec.normalisation, self.spec.colour_order)
         outputs = self.engine.run({self._input_name: tensor})
         named = dict(zip(self.engine.output_names, outputs, strict=True))
-        found = self.spec.decode(named, self.size, self.score)
-        boxes = found.boxes / scale
-        landmarks = found.landmarks / scale
-        return [
-            Face(box=box.astype(np.float32), landmarks=points.astype(np.float32), score=float(score))
-            for box, points, score in zip(boxes, landmarks, found.scores, strict=True)
-        ]
+        return self.spec.decode(named, self.size, threshold)
 
-    def detect(self, frames: npt.NDArray[np.uint8] | Sequence[Frame]) -> list[list[Face]]:
+    def detect(self, frames: npt.NDArray[np.uint8] | Sequence[Frame], score: float | None = None) -> list[list[Face]]:
         """The faces of each frame of a batch (uint8 [N, H, W, 3] BGR), one list per frame, in order."""
-        return [self.detect_frame(frame) for frame in frames]
+        return [self.detect_frame(frame, score) for frame in frames]
+
+
+TILE_OVERLAP = 0.25
+"""Tiles overlap by this fraction of a tile, so a face up to that size lies whole in one of them."""
+
+_EDGE = 2.0  # px: a box this close to a tile's inner edge is cut by it
+
+
+def _fit(frame: Frame, width: int, height: int) -> Frame:
+    if (height, width) == frame.shape[:2]:
+        return frame
+    return np.asarray(cv2.resize(frame, (width, height)), dtype=np.uint8)
+
+
+def _positions(extent: int, tile: int) -> list[int]:
+    if extent <= tile:
+        return [0]
+    step = max(1, int(tile * (1 - TILE_OVERLAP)))
+    starts = list(range(0, extent - tile, step))
+    return [*starts, extent - tile]
+
+
+def _tiles(width: int, height: int, tile: int) -> list[tuple[int, int]]:
+    """The top-left corners of the tiles covering a ``width``×``height`` picture, row by row."""
+    return [(x, y) for y in _positions(height, tile) for x in _positions(width, tile)]
+
+
+def _inside(boxes: FloatArray, x0: int, y0: int, tile: int, width: int, height: int) -> npt.NDArray[np.bool_]:
+    """Which boxes (tile coordinates) do not touch an edge of the tile that is not an edge of the picture."""
+    keep = np.ones(len(boxes), dtype=bool)
+    if x0 > 0:
+        keep &= boxes[:, 0] > _EDGE
+    if y0 > 0:
+        keep &= boxes[:, 1] > _EDGE
+    if x0 + tile < width:
+        keep &= boxes[:, 2] < tile - _EDGE
+    if y0 + tile < height:
+        keep &= boxes[:, 3] < tile - _EDGE
+    return keep
+
+
+def _faces(found: Detections, scale: float) -> list[Face]:
+    boxes = found.boxes / scale
+    landmarks = found.landmarks / scale
+    return [
+        Face(box=box.astype(np.float32), landmarks=points.astype(np.float32), score=float(score))
+        for box, points, score in zip(boxes, landmarks, found.scores, strict=True)
+    ]
+
+
+def suppress_faces(faces: Sequence[Face], threshold: float) -> list[Face]:
+    """``faces`` (found by several passes over one frame) after NMS at IoU :data:`NMS_THRESHOLD`, highest score
+    first; those below ``threshold`` dropped."""
+    if not faces:
+        return []
+    merged = _suppress(
+        np.stack([f.box for f in faces]).astype(np.float32),
+        np.asarray([f.score for f in faces], np.float32),
+        np.stack([f.landmarks for f in faces]).astype(np.float32),
+        threshold,
+    )
+    return _faces(merged, 1.0)

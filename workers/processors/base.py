@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -64,6 +64,14 @@ class Staged(Protocol):
     targeter: FaceTargeter | None
 
     def stages(self) -> Sequence[Stage]: ...
+
+
+@runtime_checkable
+class Tallied(Protocol):
+    """A processor that says what it did in a chunk (e.g. face-frames hidden); the render step records it as a
+    ``faces`` event of the job when the chunk is accepted."""
+
+    def tally(self) -> str: ...
 
 
 class Reporter:

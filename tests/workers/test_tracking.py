@@ -1,0 +1,105 @@
+"""Face tracks (workers/faces/tracking.py): association, gaps filled, low scores kept only near confident ones,
+landmarks smoothed, and decisions that read only a bounded window (what makes chunks independent)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from workers.faces.detection import Face
+from workers.faces.tracking import FaceTracker, TrackedFrame, box_iou
+
+
+def _face(x: float, y: float, size: float = 40.0, score: float = 0.9, jitter: float = 0.0) -> Face:
+    box = np.asarray([x, y, x + size, y + size], np.float32)
+    points = np.asarray([[0.3, 0.4], [0.7, 0.4], [0.5, 0.6], [0.35, 0.8], [0.65, 0.8]], np.float32) * size + np.asarray(
+        [x, y], np.float32
+    )
+    return Face(box=box, landmarks=points + jitter, score=score)
+
+
+def _run(tracker: FaceTracker, frames: list[list[Face]]) -> list[TrackedFrame]:
+    out: list[TrackedFrame] = []
+    for faces in frames:
+        tracker.update(faces)
+        out.extend(tracker.ready())
+    out.extend(tracker.flush())
+    return out
+
+
+def test_box_iou() -> None:
+    a = np.asarray([[0, 0, 10, 10]], np.float32)
+    b = np.asarray([[0, 0, 10, 10], [5, 0, 15, 10], [20, 20, 30, 30]], np.float32)
+    assert np.allclose(box_iou(a, b), [[1.0, 1 / 3, 0.0]])
+
+
+def test_two_moving_faces_keep_their_tracks_and_every_frame_comes_back_once_in_order() -> None:
+    frames = [[_face(10 + 6 * t, 50), _face(300 - 6 * t, 60)] for t in range(30)]
+    out = _run(FaceTracker(high=0.5, low=0.2, max_gap=3), frames)
+    assert [f.index for f in out] == list(range(30))
+    ids_by_row = {
+        row: {face.track for f in out for face in f.faces if round(float(face.box[1])) == row} for row in (50, 60)
+    }
+    assert all(len(ids) == 1 for ids in ids_by_row.values())
+    assert ids_by_row[50] != ids_by_row[60]
+
+
+def test_a_short_gap_is_filled_by_interpolation_and_a_long_one_is_not() -> None:
+    frames = [[_face(10 + 5 * t, 50)] for t in range(20)]
+    for t in (6, 7, 8):  # a gap of 3 frames
+        frames[t] = []
+    for t in range(12, 17):  # a gap of 5 frames
+        frames[t] = []
+    out = _run(FaceTracker(high=0.5, low=0.2, max_gap=3), frames)
+    for t in (6, 7, 8):
+        (face,) = out[t].faces
+        assert face.filled
+        assert np.allclose(face.box, [10 + 5 * t, 50, 50 + 5 * t, 90], atol=1e-3)
+    assert all(out[t].faces == [] for t in range(12, 17))
+    assert not any(face.filled for t in (0, 5, 9, 11) for face in out[t].faces)
+
+
+def test_a_doubtful_detection_counts_near_a_confident_one_of_its_track_and_not_alone() -> None:
+    frames = [[_face(10 + 4 * t, 50, score=0.9 if t == 10 else 0.3)] for t in range(40)]
+    frames = [[*faces, _face(400, 300, score=0.3)] for faces in frames]  # a doubtful blob that never firms up
+    tracker = FaceTracker(high=0.5, low=0.2, max_gap=2)
+    out = _run(tracker, frames)
+    near = [t for t, f in enumerate(out) if any(face.box[1] == 50 for face in f.faces)]
+    assert near == list(range(10 - tracker.context, 10 + tracker.context + 1))
+    assert not any(face.box[0] == 400 for f in out for face in f.faces)
+    strict = _run(FaceTracker(high=0.5, low=0.2, max_gap=2, keep_doubtful=True), frames)
+    assert all(any(face.box[0] == 400 for face in f.faces) for f in strict)
+
+
+def test_landmarks_are_smoothed_along_a_track_without_lag_on_steady_motion() -> None:
+    rng = np.random.default_rng(0)
+    frames = [[_face(10 + 3 * t, 50, jitter=float(rng.normal(0, 2.0)))] for t in range(40)]
+    truth = [_face(10 + 3 * t, 50).landmarks for t in range(40)]
+
+    def error(smoothing: float) -> float:
+        out = _run(FaceTracker(high=0.5, low=0.2, max_gap=2, smoothing=smoothing), frames)
+        return float(np.mean([np.abs(f.faces[0].landmarks - truth[t]).mean() for t, f in enumerate(out[5:35], 5)]))
+
+    assert error(1.0) < 0.7 * error(0.0)
+    steady = _run(
+        FaceTracker(high=0.5, low=0.2, max_gap=2, smoothing=1.0), [[_face(10 + 3 * t, 50)] for t in range(20)]
+    )
+    assert np.allclose(steady[10].faces[0].landmarks, truth[10], atol=1e-3)
+
+
+def test_the_result_for_a_frame_depends_only_on_its_context_window() -> None:
+    rng = np.random.default_rng(1)
+    frames = []
+    for t in range(60):
+        faces = [_face(10 + 5 * t, 50, score=float(rng.uniform(0.25, 0.95)))]
+        if t % 7 == 3:
+            faces = []
+        frames.append(faces)
+    full = _run(FaceTracker(high=0.5, low=0.2, max_gap=3, smoothing=0.5), frames)
+    context = FaceTracker(high=0.5, low=0.2, max_gap=3).context
+    for start in (0, 7, 20, 41):
+        lo, hi = max(0, start - context), min(60, start + 7 + context)
+        part = _run(FaceTracker(high=0.5, low=0.2, max_gap=3, smoothing=0.5), frames[lo:hi])
+        for t in range(start, min(60, start + 7)):
+            got = sorted((tuple(np.round(f.box, 3)), f.filled) for f in part[t - lo].faces)
+            want = sorted((tuple(np.round(f.box, 3)), f.filled) for f in full[t].faces)
+            assert got == want, t

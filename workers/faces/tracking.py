@@ -1,0 +1,291 @@
+"""Face tracks: detections associated across frames, gaps filled, landmarks smoothed — pure numpy.
+
+ByteTrack's two-stage association (Zhang et al., 2022) with a constant-velocity motion model: each frame, the
+confident detections (``score ≥ high``) are matched first to the tracks' predicted boxes by IoU, then the
+doubtful ones (``low ≤ score < high``) to the tracks still unmatched. Matching is greedy by IoU, highest first,
+ties broken by track and detection order, so the same detections always give the same tracks.
+
+What differs from ByteTrack, and why: chunks of a video are tracked separately, each with a short look-behind and
+look-ahead (``context`` frames), and the result must not depend on where the chunk edges fall. So every decision
+about frame ``t`` reads only frames ``t - context … t + context``:
+
+* an unmatched doubtful detection still opens a (tentative) chain, and a chain counts at frame ``t`` only when
+  it holds a confident detection within ``context`` frames of ``t`` ("start high, continue low", made local);
+* a gap of at most ``max_gap`` frames between two detections of a track is filled by interpolating the box and
+  the landmarks linearly (the filled face is marked ``filled``);
+* landmarks are smoothed along the track with a symmetric Gaussian window of at most
+  :data:`MAX_SMOOTHING_RADIUS` frames each side (symmetric, so steady motion is not delayed).
+
+The tracker is fed frame by frame (:meth:`FaceTracker.update`) and hands back each frame once ``context`` later
+frames have been seen (:meth:`FaceTracker.ready`), or at the end (:meth:`FaceTracker.flush`).
+
+Example:
+    >>> tracker = FaceTracker(high=0.5, low=0.25, max_gap=4)   # doctest: +SKIP
+    >>> for faces in detections_per_frame:                      # doctest: +SKIP
+    ...     tracker.update(faces)
+    ...     for frame in tracker.ready(): use(frame.faces)
+    >>> for frame in tracker.flush(): use(frame.faces)          # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import numpy.typing as npt
+
+from workers.faces.detection import Face
+
+__all__ = ["MAX_SMOOTHING_RADIUS", "FaceTracker", "TrackedFrame", "box_iou", "context_frames"]
+
+FloatArray = npt.NDArray[np.float32]
+
+MAX_SMOOTHING_RADIUS = 3
+"""Frames each side of the landmark smoothing window at strength 1."""
+
+MATCH_IOU = 0.2
+"""Least IoU (of the boxes widened by :data:`MATCH_WIDEN`) between a track's predicted box and a detection."""
+
+MATCH_WIDEN = 0.25
+"""Each side of a box widened by this fraction of its size before matching, so a small fast face (little or no
+overlap with its last box) still finds its track."""
+
+
+def context_frames(max_gap: int) -> int:
+    """The frames each side that a decision about one frame reads: a gap, its two ends and a smoothing window."""
+    return max_gap + 1 + MAX_SMOOTHING_RADIUS
+
+
+def box_iou(a: FloatArray, b: FloatArray) -> FloatArray:
+    """IoU of every box of ``a`` [N, 4] with every box of ``b`` [M, 4] (``x1, y1, x2, y2``): [N, M]."""
+    a = np.asarray(a, np.float32).reshape(-1, 4)
+    b = np.asarray(b, np.float32).reshape(-1, 4)
+    x1 = np.maximum(a[:, None, 0], b[None, :, 0])
+    y1 = np.maximum(a[:, None, 1], b[None, :, 1])
+    x2 = np.minimum(a[:, None, 2], b[None, :, 2])
+    y2 = np.minimum(a[:, None, 3], b[None, :, 3])
+    inter = np.clip(x2 - x1, 0, None) * np.clip(y2 - y1, 0, None)
+    area_a = np.clip(a[:, 2] - a[:, 0], 0, None) * np.clip(a[:, 3] - a[:, 1], 0, None)
+    area_b = np.clip(b[:, 2] - b[:, 0], 0, None) * np.clip(b[:, 3] - b[:, 1], 0, None)
+    union = area_a[:, None] + area_b[None, :] - inter
+    return np.asarray(np.where(union > 0, inter / np.maximum(union, 1e-9), 0.0), np.float32)
+
+
+def _widen(boxes: FloatArray) -> FloatArray:
+    size = boxes[:, 2:] - boxes[:, :2]
+    return np.concatenate([boxes[:, :2] - size * MATCH_WIDEN, boxes[:, 2:] + size * MATCH_WIDEN], axis=1)
+
+
+@dataclass(frozen=True)
+class TrackedFrame:
+    """One frame's faces as the tracks see them.
+
+    Attributes:
+        index: the frame's number in the order frames were fed, from 0.
+        faces: the faces to work on, each with its ``track`` id; filled-in faces have ``filled`` set.
+        detected: every face the detector found at or above the low threshold, whatever the tracks say.
+    """
+
+    index: int
+    faces: list[Face]
+    detected: list[Face]
+
+
+@dataclass
+class _Track:
+    ident: int
+    frames: dict[int, Face] = field(default_factory=dict)  # observed faces by frame
+    last: int = -1
+    velocity: FloatArray = field(default_factory=lambda: np.zeros(4, np.float32))
+
+    def observe(self, index: int, face: Face) -> None:
+        if self.last >= 0:
+            previous = self.frames[self.last].box
+            step = (face.box - previous) / float(index - self.last)
+            # a new track's first step is taken as it is; later ones are blended, so one jittery box does not fling
+            # the prediction
+            self.velocity = step if len(self.frames) == 1 else 0.5 * self.velocity + 0.5 * step
+        self.frames[index] = face
+        self.last = index
+
+    def predict(self, index: int) -> FloatArray:
+        return np.asarray(self.frames[self.last].box + self.velocity * float(index - self.last), np.float32)
+
+
+class FaceTracker:
+    """Associates each frame's detections with tracks, and hands frames back with their faces decided.
+
+    Args:
+        high: a detection at or above it is confident: it opens a track, and makes its chain count.
+        low: detections below it are dropped; between ``low`` and ``high`` they continue a chain.
+        max_gap: the most frames without a detection that are filled by interpolation (0: none).
+        smoothing: the landmark smoothing strength, 0 (none) … 1 (a window of :data:`MAX_SMOOTHING_RADIUS`
+            frames each side).
+        keep_doubtful: hand back doubtful detections even outside a counted chain (an anonymiser's choice: a face
+            the detector doubts is still hidden).
+
+    Raises:
+        ValueError: thresholds out of order or out of range.
+    """
+
+    def __init__(
+        self,
+        *,
+        high: float,
+        low: float,
+        max_gap: int = 4,
+        smoothing: float = 0.0,
+        keep_doubtful: bool = False,
+    ) -> None:
+        if not 0.0 < low <= high <= 1.0:
+            raise ValueError(f"tracker thresholds must satisfy 0 < low ≤ high ≤ 1, got low={low}, high={high}")
+        if max_gap < 0 or not 0.0 <= smoothing <= 1.0:
+            raise ValueError("max_gap must be ≥ 0 and smoothing within 0…1")
+        self.high, self.low, self.max_gap = high, low, max_gap
+        self.radius = round(smoothing * MAX_SMOOTHING_RADIUS)
+        self.keep_doubtful = keep_doubtful
+        self.context = context_frames(max_gap)
+        self._tracks: list[_Track] = []
+        self._detected: dict[int, list[tuple[Face, int]]] = {}  # frame -> (face, track id)
+        self._by_id: dict[int, _Track] = {}
+        self._next_id = 0
+        self._fed = 0
+        self._done = 0
+
+    # -- association --------------------------------------------------------------------------------------------
+
+    def update(self, faces: Sequence[Face]) -> list[Face]:
+        """Feed the next frame's detections (any score); returns those at or above ``low``, each with its track."""
+        index = self._fed
+        self._fed += 1
+        live = [t for t in self._tracks if index - t.last <= self.context]
+        candidates = [face for face in faces if face.score >= self.low]
+        confident = [i for i, face in enumerate(candidates) if face.score >= self.high]
+        doubtful = [i for i, face in enumerate(candidates) if face.score < self.high]
+        assigned: dict[int, _Track] = {}
+        free = list(live)
+        for group in (confident, doubtful):
+            pairs = self._match(index, [candidates[i] for i in group], free)
+            for det, track in pairs:
+                assigned[group[det]] = track
+            matched = {id(track) for _, track in pairs}
+            free = [t for t in free if id(t) not in matched]
+        placed: list[tuple[Face, int]] = []
+        for i, face in enumerate(candidates):
+            found = assigned.get(i)
+            if found is None:
+                track = _Track(self._next_id)
+                self._next_id += 1
+                self._tracks.append(track)
+                self._by_id[track.ident] = track
+            else:
+                track = found
+            track.observe(index, face)
+            placed.append((face, track.ident))
+        self._detected[index] = placed
+        return [replace(face, track=ident) for face, ident in placed]
+
+    def _match(self, index: int, faces: Sequence[Face], tracks: Sequence[_Track]) -> list[tuple[int, _Track]]:
+        if not faces or not tracks:
+            return []
+        predicted = _widen(np.stack([t.predict(index) for t in tracks]))
+        found = _widen(np.stack([f.box for f in faces]))
+        iou = box_iou(found, predicted)
+        pairs: list[tuple[int, _Track]] = []
+        used_faces: set[int] = set()
+        used_tracks: set[int] = set()
+        order = np.argsort(-iou, axis=None, kind="stable")
+        for flat in order:
+            det, trk = divmod(int(flat), len(tracks))
+            if iou[det, trk] < MATCH_IOU:
+                break
+            if det in used_faces or trk in used_tracks:
+                continue
+            used_faces.add(det)
+            used_tracks.add(trk)
+            pairs.append((det, tracks[trk]))
+        return pairs
+
+    # -- decisions ----------------------------------------------------------------------------------------------
+
+    def ready(self) -> Iterator[TrackedFrame]:
+        """The frames whose faces are decided: every frame with ``context`` later frames fed, in order."""
+        while self._done + self.context < self._fed:
+            yield self._decide(self._done)
+
+    def flush(self) -> Iterator[TrackedFrame]:
+        """Every frame not handed back yet (after the last :meth:`update`)."""
+        while self._done < self._fed:
+            yield self._decide(self._done)
+
+    def _counts(self, track: _Track, index: int) -> bool:
+        """Whether the track's chain holds a confident detection within ``context`` frames of ``index``."""
+        return any(
+            abs(frame - index) <= self.context and face.score >= self.high for frame, face in track.frames.items()
+        )
+
+    def _at(self, track: _Track, index: int) -> Face | None:
+        """The track's face at ``index``: observed, or interpolated across a gap of at most ``max_gap``."""
+        observed = track.frames.get(index)
+        if observed is not None:
+            return observed
+        before = [f for f in track.frames if index - self.max_gap - 1 <= f < index]
+        after = [f for f in track.frames if index < f <= index + self.max_gap + 1]
+        if not before or not after:
+            return None
+        a, b = max(before), min(after)
+        if b - a - 1 > self.max_gap:
+            return None
+        start, end = track.frames[a], track.frames[b]
+        weight = np.float32((index - a) / (b - a))
+        return Face(
+            box=np.asarray(start.box + (end.box - start.box) * weight, np.float32),
+            landmarks=np.asarray(start.landmarks + (end.landmarks - start.landmarks) * weight, np.float32),
+            score=min(start.score, end.score),
+            track=track.ident,
+            filled=True,
+        )
+
+    def _smoothed(self, track: _Track, index: int, face: Face) -> Face:
+        if self.radius == 0:
+            return face
+        sigma = self.radius / 2.0
+        total = np.zeros((5, 2), np.float64)
+        weights = 0.0
+        for offset in range(-self.radius, self.radius + 1):
+            other = face if offset == 0 else self._at(track, index + offset)
+            if other is None:
+                continue
+            weight = float(np.exp(-(offset**2) / (2 * sigma**2)))
+            total += weight * other.landmarks
+            weights += weight
+        return replace(face, landmarks=np.asarray(total / weights, np.float32))
+
+    def _decide(self, index: int) -> TrackedFrame:
+        detected = self._detected.pop(index, [])
+        faces: list[Face] = []
+        seen: set[int] = set()
+        for face, ident in detected:
+            track = self._by_id[ident]
+            seen.add(ident)
+            if face.score >= self.high or self._counts(track, index) or self.keep_doubtful:
+                faces.append(self._smoothed(track, index, replace(face, track=ident)))
+        for track in self._tracks:
+            if track.ident in seen or not track.frames or track.last < index - self.max_gap:
+                continue
+            filled = self._at(track, index)
+            if filled is not None and (self._counts(track, index) or self.keep_doubtful):
+                faces.append(self._smoothed(track, index, filled))
+        self._done = index + 1
+        self._forget(index)
+        return TrackedFrame(index, faces, [replace(face, track=ident) for face, ident in detected])
+
+    def _forget(self, index: int) -> None:
+        """Drop what no later decision reads: observations more than ``context`` frames behind ``index``."""
+        horizon = index - self.context
+        for track in self._tracks:
+            for frame in [f for f in track.frames if f < horizon]:
+                del track.frames[frame]
+        self._tracks = [t for t in self._tracks if t.frames]
+        self._by_id = {t.ident: t for t in self._tracks}

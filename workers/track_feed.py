@@ -1,0 +1,162 @@
+"""A chunk's frames with their faces decided by tracks, including frames the chunk reads but does not output.
+
+Chunks render apart (on other machines, in any order), so a face track cannot be carried from one chunk to the
+next. Instead each chunk also decodes a short look-behind (the frames before it) and look-ahead (the frames after
+it), :func:`~workers.faces.tracking.context_frames` each: every decision about a frame reads only that many frames
+either side (:mod:`workers.faces.tracking`), so a frame's faces are the same whatever chunk it falls in and
+wherever the chunk's edges are. The context frames are detected and tracked, never output.
+
+:class:`TrackFeed` turns the decoded batches (look-behind, then the chunk and its look-ahead) into
+:class:`~workers.processors.base.Work` items for the chunk's frames only, each carrying its faces (``faces``:
+every face the tracks give, filled-in ones too) and the faces the selector mode picks (``targets``). The frames wait
+``context`` frames behind detection, so memory holds a few frames more, not the chunk.
+
+Reference mode is decided per track: the first time a track's face is handed on, the mean cosine distance of
+its detections seen so far (up to ``context`` frames ahead) to the reference decides, and the track keeps that
+answer, so the chosen person does not flicker when one frame's embedding wobbles.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from shared.options import FaceOptions
+from workers.faces.detection import Face, FaceDetector
+from workers.faces.selection import cosine_distance, select_faces
+from workers.faces.sweep import DetectionSweep
+from workers.faces.targeting import FaceTargeter
+from workers.faces.tracking import FaceTracker, TrackedFrame, context_frames
+from workers.processors.base import FrameBatch, Work
+
+__all__ = ["STRICT_HIGH", "STRICT_LOW", "TrackFeed", "Thresholds", "thresholds"]
+
+logger = logging.getLogger(__name__)
+
+STRICT_HIGH = 0.35
+"""An anonymiser's confident score: lower than a swapper's, since a face left showing is the worse error."""
+
+STRICT_LOW = 0.15
+"""An anonymiser's doubtful score: kept as a face (``keep_doubtful``), whatever its track says."""
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    high: float
+    low: float
+    keep_doubtful: bool
+
+
+def thresholds(options: FaceOptions, *, strict: bool) -> Thresholds:
+    """The tracker's scores for a job: ``detector_score`` starts a track, ``track_score`` continues one; a
+    strict anonymiser lowers both (never raises them) and keeps doubtful detections."""
+    high = options.detector_score
+    low = min(options.track_score, high)
+    if strict:
+        return Thresholds(min(high, STRICT_HIGH), min(low, STRICT_LOW), keep_doubtful=True)
+    return Thresholds(high, low, keep_doubtful=False)
+
+
+class TrackFeed:
+    """Detects and tracks the faces of a chunk's decoded frames, and yields the chunk's frames as work.
+
+    Args:
+        detector: finds the faces (run at the tracker's low threshold).
+        targeter: the job's selector mode (``None``: every face is a target).
+        options: the job's face options (tracking gap, thresholds, smoothing).
+        strict: an anonymiser's thresholds (:func:`thresholds`) and detection sweep
+            (:class:`~workers.faces.sweep.DetectionSweep`: turned and enlarged passes besides the plain one).
+        batch_size: frames per work item handed on.
+    """
+
+    def __init__(
+        self,
+        detector: FaceDetector,
+        targeter: FaceTargeter | None,
+        options: FaceOptions,
+        *,
+        strict: bool = False,
+        batch_size: int = 8,
+    ) -> None:
+        self.detector, self.targeter = detector, targeter
+        self.finder: FaceDetector | DetectionSweep = DetectionSweep(detector) if strict else detector
+        self.limits = thresholds(options, strict=strict)
+        self.options = options
+        self.batch_size = batch_size
+        self.context = context_frames(options.track_gap)
+        self._distances: dict[int, list[float]] = {}
+        self._chosen: dict[int, bool] = {}
+
+    def work(self, behind: Iterable[FrameBatch], batches: Iterable[FrameBatch], frames: int) -> Iterator[Work]:
+        """The chunk's ``frames`` frames as work items, in order.
+
+        Args:
+            behind: the look-behind: decoded frames before the chunk (context only; may be empty).
+            batches: the chunk's frames, then any look-ahead frames (context only).
+            frames: how many frames of ``batches`` the chunk outputs.
+        """
+        tracker = FaceTracker(
+            high=self.limits.high,
+            low=self.limits.low,
+            max_gap=self.options.track_gap,
+            smoothing=self.options.landmark_smoothing,
+            keep_doubtful=self.limits.keep_doubtful,
+        )
+        waiting: dict[int, np.ndarray] = {}
+        pending: list[tuple[np.ndarray, TrackedFrame]] = []
+        first = 0  # the tracker's index of the chunk's first frame
+        fed = 0
+        for role, source in (("behind", behind), ("chunk", batches)):
+            if role == "chunk":
+                first = fed
+            for batch in source:
+                detected = self.finder.detect(batch, score=self.limits.low)
+                if self.targeter is not None and self.targeter.mode == "reference":
+                    assert self.targeter.embedder is not None
+                    detected = self.targeter.embedder.embed_frames(batch, detected)
+                for frame, faces in zip(batch, detected, strict=True):
+                    if role == "chunk" and fed - first < frames:
+                        waiting[fed] = frame
+                    self._note(tracker.update(faces))
+                    fed += 1
+                    pending.extend((waiting.pop(t.index), t) for t in tracker.ready() if t.index in waiting)
+                    while len(pending) >= self.batch_size:
+                        yield self._item(pending[: self.batch_size])
+                        del pending[: self.batch_size]
+        pending.extend((waiting.pop(t.index), t) for t in tracker.flush() if t.index in waiting)
+        for start in range(0, len(pending), self.batch_size):
+            yield self._item(pending[start : start + self.batch_size])
+
+    def _note(self, placed: list[Face]) -> None:
+        """Collect each track's distances to the reference (reference mode only)."""
+        targeter = self.targeter
+        if targeter is None or targeter.mode != "reference" or targeter.reference is None:
+            return
+        for face in placed:
+            if face.embedding is not None and face.track is not None:
+                distance = float(cosine_distance(face.embedding, targeter.reference)[0])
+                self._distances.setdefault(face.track, []).append(distance)
+
+    def _targets(self, faces: list[Face]) -> list[Face]:
+        targeter = self.targeter
+        if targeter is None:
+            return faces
+        if targeter.mode != "reference":
+            return select_faces(faces, targeter.mode)
+        chosen = []
+        for face in faces:
+            assert face.track is not None
+            if face.track not in self._chosen:
+                distances = self._distances.get(face.track, [])
+                self._chosen[face.track] = bool(distances) and float(np.mean(distances)) <= targeter.max_distance
+            if self._chosen[face.track]:
+                chosen.append(face)
+        return chosen
+
+    def _item(self, frames: list[tuple[np.ndarray, TrackedFrame]]) -> Work:
+        batch = np.stack([frame for frame, _ in frames])
+        faces = [tracked.faces for _, tracked in frames]
+        return Work(batch, faces=faces, targets=[self._targets(f) for f in faces])
