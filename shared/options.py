@@ -19,6 +19,27 @@ QualityPreset = Literal["fast", "quality"]
 AcceleratorFamily = Literal["cuda", "rocm", "mps", "openvino", "cpu"]
 VideoEncoder = Literal["libx264", "libx265", "libvpx-vp9", "libsvtav1", "h264_nvenc", "hevc_nvenc"]
 EncoderPreset = Literal["ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow"]
+# Paste-back masks, combined by their minimum as FaceFusion combines them.
+MaskType = Literal["box", "occlusion", "area", "region"]
+# The face parser's classes a region mask keeps (FaceFusion's face_mask_regions).
+MaskRegion = Literal[
+    "skin",
+    "left-eyebrow",
+    "right-eyebrow",
+    "left-eye",
+    "right-eye",
+    "glasses",
+    "nose",
+    "mouth",
+    "upper-lip",
+    "lower-lip",
+]
+# Parts of the 68-point landmark hull an area mask keeps (FaceFusion's face_mask_areas).
+MaskArea = Literal["upper-face", "lower-face", "mouth"]
+Occluder = Literal["xseg_1", "xseg_2", "xseg_3"]
+FaceParser = Literal["bisenet_resnet_18", "bisenet_resnet_34"]
+# The side of the crop a swapper works on, split into tiles of the model's own size (FaceFusion's pixel boost).
+PixelBoost = Literal[128, 256, 384, 512, 768, 1024]
 
 # Processors whose output shows faces that are not the ones filmed: their outputs carry a provenance tag.
 FACE_CHANGING: frozenset[ProcessorName] = frozenset({"face_swapper", "face_enhancer"})
@@ -70,6 +91,46 @@ class FaceOptions(BaseModel):
         (0, 0, 0, 0), description="Top, right, bottom, left of the crop cut from the mask, in percent"
     )
     blur_strength: float = Field(0.5, gt=0.0, le=1.0, description="face_blur kernel, relative to face size")
+    mask_types: list[MaskType] = Field(
+        default_factory=lambda: list[MaskType](["box"]),
+        min_length=1,
+        max_length=len(get_args(MaskType)),
+        description="Paste-back masks, combined by their minimum (FaceFusion's face_mask_types)",
+    )
+    mask_regions: list[MaskRegion] = Field(
+        default_factory=lambda: list[MaskRegion](get_args(MaskRegion)),
+        min_length=1,
+        max_length=len(get_args(MaskRegion)),
+        description="The face parser's classes the region mask keeps",
+    )
+    mask_areas: list[MaskArea] = Field(
+        default_factory=lambda: list[MaskArea](get_args(MaskArea)),
+        min_length=1,
+        max_length=len(get_args(MaskArea)),
+        description="Parts of the 68-point landmark hull the area mask keeps",
+    )
+    occluder: Occluder = "xseg_1"
+    parser: FaceParser = "bisenet_resnet_34"
+    landmarker_score: float = Field(
+        0.0,
+        ge=0.0,
+        le=1.0,
+        description="Above 0, the 2dfan4 landmarker finds 68 points per face, and faces whose landmark score "
+        "passes this value are aligned by them (FaceFusion's face_landmarker_score; 0 turns it off)",
+    )
+    pixel_boost: PixelBoost | None = Field(
+        None,
+        description="Swap at this crop side, split into tiles of the swapper's own size (a multiple of it); "
+        "default: the swapper's size",
+    )
+
+    @field_validator("mask_types", "mask_regions", "mask_areas")
+    @classmethod
+    def _distinct(cls, values: list[str]) -> list[str]:
+        repeated = sorted({value for value in values if values.count(value) > 1})
+        if repeated:
+            raise ValueError(f"each value at most once; repeated: {', '.join(repeated)}")
+        return values
 
 
 PRESETS: dict[QualityPreset, dict[str, Any]] = {

@@ -17,7 +17,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal
 
-ModelKind = Literal["detector", "recognizer", "swapper", "enhancer", "embedding_converter"]
+ModelKind = Literal[
+    "detector", "recognizer", "swapper", "enhancer", "embedding_converter", "landmarker", "occluder", "face_parser"
+]
 ColourOrder = Literal["rgb", "bgr"]
 TemplateName = Literal["arcface_112_v1", "arcface_112_v2", "arcface_128", "ffhq_512"]
 # Fields of a spec that may be flagged as not confirmed by a primary source.
@@ -284,6 +286,84 @@ _SPECS = (
         output_names=("output",),
         licence="CodeFormer: S-Lab License 1.0, non-commercial",
         unverified=frozenset({"sha256", "output_names"}),
+    ),
+    # 68-point landmarks, occlusion and region masks (FaceFusion's face_landmarker and face_masker). FaceFusion
+    # feeds each of them ``{"input": ...}`` and reads its outputs by position, so the output names are unverified.
+    ModelSpec(
+        # A 256² crop around the detector's box (scale 195 / longest side), BGR in [0, 1]; outputs the 68 points
+        # [N, 68, 3] in 64² heatmap units and the heatmaps [N, 68, 64, 64] whose peaks make the landmark score.
+        name="2dfan4",
+        file_name="2dfan4.onnx",
+        base="models-3.0.0",
+        kind="landmarker",
+        sha256=None,
+        size_bytes=None,
+        input_size=256,
+        template=None,
+        normalisation=UNIT,
+        colour_order="bgr",
+        input_names=("input",),
+        output_names=("landmarks", "heatmaps"),
+        licence="face-alignment (1adrianb/face-alignment): BSD-3-Clause",
+        unverified=frozenset({"output_names", "licence"}),
+    ),
+    ModelSpec(
+        # Lifts the 5 detector points (in ffhq_512 unit coordinates) to 68: [N, 5, 2] -> [N, 68, 2].
+        name="fan_68_5",
+        file_name="fan_68_5.onnx",
+        base="models-3.0.0",
+        kind="landmarker",
+        sha256=None,
+        size_bytes=None,
+        input_size=None,
+        template=None,
+        normalisation=None,
+        colour_order=None,
+        input_names=("input",),
+        output_names=("output",),
+        licence="FaceFusion release; terms not recorded here",
+        unverified=frozenset({"output_names", "licence"}),
+    ),
+    *(
+        ModelSpec(
+            # DeepFaceLab's XSeg occluder: NHWC [N, 256, 256, 3] BGR in [0, 1] -> [N, 256, 256, 1] in [0, 1].
+            name=name,
+            file_name=f"{name}.onnx",
+            base=base,
+            kind="occluder",
+            sha256=None,
+            size_bytes=None,
+            input_size=256,
+            template=None,
+            normalisation=UNIT,
+            colour_order="bgr",
+            input_names=("input",),
+            output_names=("output",),
+            licence="DeepFaceLab XSeg: GPL-3.0",
+            unverified=frozenset({"output_names", "licence"}),
+        )
+        for name, base in (("xseg_1", "models-3.1.0"), ("xseg_2", "models-3.1.0"), ("xseg_3", "models-3.2.0"))
+    ),
+    *(
+        ModelSpec(
+            # BiSeNet face parser (CelebAMask-HQ's 19 classes): [N, 3, 512, 512] RGB, ImageNet mean/std ->
+            # [N, 19, 512, 512] class scores.
+            name=name,
+            file_name=f"{name}.onnx",
+            base="models-3.1.0",
+            kind="face_parser",
+            sha256=None,
+            size_bytes=None,
+            input_size=512,
+            template=None,
+            normalisation=IMAGENET,
+            colour_order="rgb",
+            input_names=("input",),
+            output_names=("output",),
+            licence="face-parsing.PyTorch (zllrunning): MIT",
+            unverified=frozenset({"output_names", "licence"}),
+        )
+        for name in ("bisenet_resnet_18", "bisenet_resnet_34")
     ),
 )
 

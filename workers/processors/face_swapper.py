@@ -1,8 +1,10 @@
 """``face_swapper``: puts the source identity on the selected faces of every frame.
 
 Per batch of frames: detect (one detector call per frame, shared with the rest of the chain), select, align every
-selected face of the whole batch onto the swapper's template, swap them in batches fitted to memory, and paste
-them back with a feathered box mask — three stages the render pipeline overlaps (:meth:`stages`). The source
+selected face of the whole batch onto the swapper's template (by 68-point landmarks where ``face.landmarker_score``
+asks for them), swap them in batches fitted to memory (at ``face.pixel_boost`` as k² tiles,
+:mod:`workers.faces.boosting`), and paste them back through the ``face.mask_types`` masks
+(:mod:`workers.faces.masking`) — three stages the render pipeline overlaps (:meth:`stages`). The source
 identity is computed once, when the processor is built (see
 :mod:`workers.processors.targeting` for which source images count as identity and which as reference).
 """
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
@@ -18,8 +21,11 @@ import numpy.typing as npt
 from shared.errors import InvalidOptionsError
 from workers.engines.batching import FittedBatches
 from workers.faces.alignment import box_mask
+from workers.faces.boosting import boost_factor, explode, implode
 from workers.faces.cropping import FaceCrops, gather_crops, paste_crops
 from workers.faces.detection import FaceDetector
+from workers.faces.landmarks import FaceLandmarker
+from workers.faces.masking import FaceMasker, Masks
 from workers.faces.recognition import FaceEmbedder, source_identity
 from workers.faces.swapping import FaceSwapper, Latent
 from workers.processors.base import FrameBatch, ProcessorContext, Reporter, Stage, Work, register
@@ -28,6 +34,22 @@ from workers.processors.targeting import FaceTargeter, identity_sources
 logger = logging.getLogger(__name__)
 
 FloatArray = npt.NDArray[np.float32]
+
+
+@dataclass(frozen=True)
+class _Aligned:
+    """What the align stage hands the swap stage: the crops and, for the area mask, each face's 68 points in
+    crop pixels."""
+
+    faces: FaceCrops
+    landmarks: FloatArray | None
+
+
+@dataclass(frozen=True)
+class _Swapped:
+    faces: FaceCrops
+    swapped: npt.NDArray[np.uint8]
+    masks: Masks | None
 
 
 class FaceSwapperProcessor:
@@ -40,6 +62,9 @@ class FaceSwapperProcessor:
         batch_size: faces per swapper call, unless ``batches`` is given.
         batches: faces per swapper call fitted to the device's memory, halved on out-of-memory.
         mask_blur, mask_padding: the paste-back box mask (:func:`workers.faces.alignment.box_mask`).
+        pixel_boost: the side of the crops to swap (a multiple of the swapper's size); ``None``: its size.
+        masker: the paste-back masks beyond the box (``None``: the box alone).
+        landmarker: 68-point landmarks, for the area mask and the refined alignment.
     """
 
     def __init__(
@@ -53,14 +78,25 @@ class FaceSwapperProcessor:
         mask_blur: float = 0.3,
         mask_padding: Sequence[int] = (0, 0, 0, 0),
         reporter: Reporter | None = None,
+        pixel_boost: int | None = None,
+        masker: FaceMasker | None = None,
+        landmarker: FaceLandmarker | None = None,
     ) -> None:
+        """
+        Raises:
+            ValueError: ``pixel_boost`` is not a multiple of the swapper's size.
+        """
         self.swapper = swapper
+        self.crop_size = pixel_boost or swapper.size
+        self.boost = boost_factor(self.crop_size, swapper.size)
+        self.masker = masker if masker is not None and not masker.box_only else None
+        self.landmarker = landmarker
         self.targeter: FaceTargeter | None = targeter
         self.detector = targeter.detector
         self._reporter = reporter
         self.batches = batches or FittedBatches(batch_size)
         self.latent: Latent = swapper.source_latent(np.asarray(identity, dtype=np.float32).reshape(1, -1))
-        self.mask = box_mask(swapper.size, mask_blur, mask_padding)
+        self.mask = box_mask(self.crop_size, mask_blur, mask_padding)
 
     @classmethod
     def from_context(
@@ -90,6 +126,18 @@ class FaceSwapperProcessor:
         embedder = embedder or FaceEmbedder.load(settings)
         identity = source_identity(identity_sources(context.sources, face.selector_mode), detector, embedder)
         targeter = FaceTargeter.load(face, context.sources, settings, detector=detector, embedder=embedder)
+        crop_size = face.pixel_boost or swapper.size
+        try:
+            boost_factor(crop_size, swapper.size)
+        except ValueError as error:
+            raise InvalidOptionsError(f"options.face.pixel_boost: {error}") from error
+        masker = FaceMasker.from_options(face, settings, crop_size)
+        landmarker = (
+            FaceLandmarker.load(settings, min_score=face.landmarker_score)
+            if masker.needs_landmarks or face.landmarker_score > 0
+            else None
+        )
+        sources = [swapper.degradations, masker.degradations] + ([landmarker.degradations] if landmarker else [])
         return cls(
             swapper,
             targeter,
@@ -98,7 +146,10 @@ class FaceSwapperProcessor:
             batches=swapper.batches,
             mask_blur=face.mask_blur,
             mask_padding=face.mask_padding,
-            reporter=Reporter(context.report, swapper.degradations),
+            reporter=Reporter(context.report, *sources),
+            pixel_boost=crop_size,
+            masker=masker,
+            landmarker=landmarker,
         )
 
     def process(self, frames: FrameBatch) -> FrameBatch:
@@ -115,24 +166,47 @@ class FaceSwapperProcessor:
 
     def _align(self, work: Work) -> Work:
         assert work.targets is not None
-        work.state = gather_crops(work.frames, work.targets, self.swapper.template, self.swapper.size)
+        targets, landmarks = work.targets, None
+        if self.landmarker is not None:
+            found = self.landmarker.landmarks(work.frames, targets)
+            targets = found.faces
+            points = found.points
+        faces = gather_crops(work.frames, targets, self.swapper.template, self.crop_size)
+        if self.landmarker is not None and len(faces):
+            landmarks = np.stack(
+                [p.astype(np.float64) @ m[:, :2].T + m[:, 2] for p, m in zip(points, faces.transforms, strict=True)]
+            ).astype(np.float32)
+        work.state = _Aligned(faces, landmarks)
         return work
 
+    def _swap_crops(self, crops: npt.NDArray[np.uint8]) -> npt.NDArray[np.uint8]:
+        if self.boost == 1:
+            return self.swapper.swap(crops, self.latent)
+        return explode(self.swapper.swap(implode(crops, self.boost), self.latent), self.boost)
+
     def _swap(self, work: Work) -> Work:
-        faces = work.state
-        assert isinstance(faces, FaceCrops)
+        aligned = work.state
+        assert isinstance(aligned, _Aligned)
+        faces = aligned.faces
         if len(faces):
-            swapped = self.batches.map(faces.crops, lambda crops: self.swapper.swap(crops, self.latent))
-            work.state = faces, swapped
+            before = self.masker.before(faces.crops) if self.masker is not None else None
+            swapped = self.batches.map(faces.crops, self._swap_crops)
+            masks = (
+                self.masker.combine(swapped, before=before, landmarks=aligned.landmarks)
+                if self.masker is not None
+                else None
+            )
+            work.state = _Swapped(faces, swapped, masks)
             logger.debug("swapped %s faces in %s frames", len(faces), len(work.frames))
         if self._reporter is not None:
             self._reporter.check()
         return work
 
     def _paste(self, work: Work) -> Work:
-        if isinstance(work.state, tuple):
-            faces, swapped = work.state
-            work.frames = paste_crops(work.frames, faces, swapped, self.mask)
+        if isinstance(work.state, _Swapped):
+            done = work.state
+            mask = done.masks if done.masks is not None else self.mask
+            work.frames = paste_crops(work.frames, done.faces, done.swapped, mask)
         work.state = None
         return work
 
