@@ -12,8 +12,32 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 ProcessorName = Literal["passthrough", "face_swapper", "face_enhancer", "face_blur", "face_debugger"]
 Detector = Literal["yunet", "scrfd", "retinaface", "yolo_face"]
-Swapper = Literal["inswapper_128", "inswapper_128_fp16", "hyperswap_1a_256", "simswap_256"]
-Enhancer = Literal["gfpgan_1.4", "gpen_bfr_512", "codeformer"]
+Swapper = Literal[
+    "inswapper_128",
+    "inswapper_128_fp16",
+    "hyperswap_1a_256",
+    "simswap_256",
+    "ghost_1_256",
+    "ghost_2_256",
+    "ghost_3_256",
+    "blendswap_256",
+    "uniface_256",
+    "hififace_unofficial_256",
+    "hyperswap_1b_256",
+    "hyperswap_1c_256",
+    "simswap_unofficial_512",
+]
+Enhancer = Literal[
+    "gfpgan_1.4",
+    "gpen_bfr_512",
+    "codeformer",
+    "gfpgan_1.2",
+    "gfpgan_1.3",
+    "gpen_bfr_256",
+    "gpen_bfr_1024",
+    "gpen_bfr_2048",
+    "restoreformer_plus_plus",
+]
 SelectorMode = Literal["all", "largest", "one", "reference"]
 QualityPreset = Literal["fast", "quality"]
 AcceleratorFamily = Literal["cuda", "rocm", "mps", "openvino", "cpu"]

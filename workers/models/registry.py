@@ -21,7 +21,7 @@ ModelKind = Literal[
     "detector", "recognizer", "swapper", "enhancer", "embedding_converter", "landmarker", "occluder", "face_parser"
 ]
 ColourOrder = Literal["rgb", "bgr"]
-TemplateName = Literal["arcface_112_v1", "arcface_112_v2", "arcface_128", "ffhq_512"]
+TemplateName = Literal["arcface_112_v1", "arcface_112_v2", "arcface_128", "ffhq_512", "mtcnn_512"]
 # Fields of a spec that may be flagged as not confirmed by a primary source.
 SpecField = Literal["sha256", "size_bytes", "input_names", "output_names", "normalisation", "licence"]
 
@@ -66,6 +66,23 @@ class ModelSpec:
     licence: str
     unverified: frozenset[SpecField] = field(default_factory=frozenset)
 
+
+_GFPGAN_LICENCE = "GFPGAN: Apache-2.0, with StyleGAN2 parts under NVIDIA's licence"
+_GPEN_LICENCE = "GPEN (yangxy/GPEN): see upstream terms"
+# Enhancers that differ only in size and template: name, input side, template, licence.
+_MORE_ENHANCERS: tuple[tuple[str, int, TemplateName, str], ...] = (
+    ("gfpgan_1.2", 512, "ffhq_512", _GFPGAN_LICENCE),
+    ("gfpgan_1.3", 512, "ffhq_512", _GFPGAN_LICENCE),
+    ("gpen_bfr_256", 256, "arcface_128", _GPEN_LICENCE),
+    ("gpen_bfr_1024", 1024, "ffhq_512", _GPEN_LICENCE),
+    ("gpen_bfr_2048", 2048, "ffhq_512", _GPEN_LICENCE),
+    (
+        "restoreformer_plus_plus",
+        512,
+        "ffhq_512",
+        "RestoreFormer++ (wzhouxiff/RestoreFormerPlusPlus): Apache-2.0",
+    ),
+)
 
 _SPECS = (
     ModelSpec(
@@ -364,6 +381,166 @@ _SPECS = (
             unverified=frozenset({"output_names", "licence"}),
         )
         for name in ("bisenet_resnet_18", "bisenet_resnet_34")
+    ),
+    # The rest of FaceFusion's swappers. Every one is fed ``{"source": ..., "target": ...}``; sizes, templates and
+    # normalisation as FaceFusion's face_swapper model set gives them; files not measured here.
+    *(
+        ModelSpec(
+            name=name,
+            file_name=f"{name}.onnx",
+            base="models-3.0.0",
+            kind="swapper",
+            sha256=None,
+            size_bytes=None,
+            input_size=256,
+            template="arcface_112_v1",
+            normalisation=SYMMETRIC,
+            colour_order="rgb",
+            input_names=("target", "source"),
+            output_names=("output",),
+            licence="GHOST (sberbank-ai/sber-swap): Apache-2.0",
+            unverified=frozenset({"output_names", "licence"}),
+        )
+        for name in ("ghost_1_256", "ghost_2_256", "ghost_3_256")
+    ),
+    *(
+        ModelSpec(
+            # Embedding converters: raw ArcFace w600k_r50 [N, 512] -> the swapper's own identity space.
+            name=name,
+            file_name=f"{name}.onnx",
+            base="models-3.4.0",
+            kind="embedding_converter",
+            sha256=None,
+            size_bytes=None,
+            input_size=None,
+            template=None,
+            normalisation=None,
+            colour_order=None,
+            input_names=("input",),
+            output_names=("output",),
+            licence="FaceFusion labs release; terms not recorded here",
+            unverified=frozenset({"licence"}),
+        )
+        for name in ("crossface_ghost", "crossface_hififace")
+    ),
+    ModelSpec(
+        # The source is an image: the source face aligned to arcface_112_v2 at 112, RGB in [0, 1].
+        name="blendswap_256",
+        file_name="blendswap_256.onnx",
+        base="models-3.0.0",
+        kind="swapper",
+        sha256=None,
+        size_bytes=None,
+        input_size=256,
+        template="ffhq_512",
+        normalisation=UNIT,
+        colour_order="rgb",
+        input_names=("target", "source"),
+        output_names=("output",),
+        licence="BlendFace (mapooon/BlendFace): research use; terms not recorded here",
+        unverified=frozenset({"output_names", "licence"}),
+    ),
+    ModelSpec(
+        # The source is an image: the source face aligned to ffhq_512 at 256, RGB in [0, 1].
+        name="uniface_256",
+        file_name="uniface_256.onnx",
+        base="models-3.0.0",
+        kind="swapper",
+        sha256=None,
+        size_bytes=None,
+        input_size=256,
+        template="ffhq_512",
+        normalisation=SYMMETRIC,
+        colour_order="rgb",
+        input_names=("target", "source"),
+        output_names=("output",),
+        licence="UniFace (xc-csc101/UniFace): terms not recorded here",
+        unverified=frozenset({"output_names", "licence"}),
+    ),
+    ModelSpec(
+        name="hififace_unofficial_256",
+        file_name="hififace_unofficial_256.onnx",
+        base="models-3.1.0",
+        kind="swapper",
+        sha256=None,
+        size_bytes=None,
+        input_size=256,
+        template="mtcnn_512",
+        normalisation=SYMMETRIC,
+        colour_order="rgb",
+        input_names=("target", "source"),
+        output_names=("output",),
+        licence="unofficial HifiFace re-implementation: terms not recorded here",
+        unverified=frozenset({"output_names", "licence"}),
+    ),
+    ModelSpec(
+        name="hyperswap_1b_256",
+        file_name="hyperswap_1b_256.onnx",
+        base="models-3.3.0",
+        kind="swapper",
+        sha256=None,  # third-party lists give only a shortened hash (5124031789c4…a73e)
+        size_bytes=402_742_682,
+        input_size=256,
+        template="arcface_128",
+        normalisation=SYMMETRIC,
+        colour_order="rgb",
+        input_names=("source", "target"),
+        output_names=("output", "mask"),
+        licence="FaceFusion labs release; terms not recorded here",
+        unverified=frozenset({"licence", "size_bytes"}),
+    ),
+    ModelSpec(
+        name="hyperswap_1c_256",
+        file_name="hyperswap_1c_256.onnx",
+        base="models-3.3.0",
+        kind="swapper",
+        sha256=None,  # third-party lists give only a shortened hash (5528c2d76fe9…06a5)
+        size_bytes=402_742_682,
+        input_size=256,
+        template="arcface_128",
+        normalisation=SYMMETRIC,
+        colour_order="rgb",
+        input_names=("source", "target"),
+        output_names=("output", "mask"),
+        licence="FaceFusion labs release; terms not recorded here",
+        unverified=frozenset({"licence", "size_bytes"}),
+    ),
+    ModelSpec(
+        # SimSwap's deep generator at 512 (59.8 M parameters, 239.1 MB by the layer count).
+        name="simswap_unofficial_512",
+        file_name="simswap_unofficial_512.onnx",
+        base="models-3.0.0",
+        kind="swapper",
+        sha256=None,
+        size_bytes=None,
+        input_size=512,
+        template="arcface_112_v1",
+        normalisation=UNIT,
+        colour_order="rgb",
+        input_names=("target", "source"),
+        output_names=("output",),
+        licence="SimSwap: non-commercial (CC BY-NC 4.0); identity from insightface ArcFace",
+        unverified=frozenset({"output_names", "licence"}),
+    ),
+    # More face enhancers: FaceFusion feeds each ``{"input": ...}`` RGB in [-1, 1] and clips the output to it.
+    *(
+        ModelSpec(
+            name=name,
+            file_name=f"{name}.onnx",
+            base="models-3.0.0",
+            kind="enhancer",
+            sha256=None,
+            size_bytes=None,
+            input_size=size,
+            template=template,
+            normalisation=SYMMETRIC,
+            colour_order="rgb",
+            input_names=("input",),
+            output_names=("output",),
+            licence=licence,
+            unverified=frozenset({"output_names", "licence"}),
+        )
+        for name, size, template, licence in _MORE_ENHANCERS
     ),
 )
 

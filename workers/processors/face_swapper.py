@@ -14,11 +14,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
 
-from shared.errors import InvalidOptionsError
+from shared.errors import InvalidOptionsError, NoFaceInSourceError
 from workers.engines.batching import FittedBatches
 from workers.faces.alignment import box_mask
 from workers.faces.boosting import boost_factor, explode, implode
@@ -26,7 +27,7 @@ from workers.faces.cropping import FaceCrops, gather_crops, paste_crops
 from workers.faces.detection import FaceDetector
 from workers.faces.landmarks import FaceLandmarker
 from workers.faces.masking import FaceMasker, Masks
-from workers.faces.recognition import FaceEmbedder, source_identity
+from workers.faces.recognition import FaceEmbedder, largest_face, read_image, source_identity
 from workers.faces.swapping import FaceSwapper, Latent
 from workers.processors.base import FrameBatch, ProcessorContext, Reporter, Stage, Work, register
 from workers.processors.targeting import FaceTargeter, identity_sources
@@ -65,6 +66,8 @@ class FaceSwapperProcessor:
         pixel_boost: the side of the crops to swap (a multiple of the swapper's size); ``None``: its size.
         masker: the paste-back masks beyond the box (``None``: the box alone).
         landmarker: 68-point landmarks, for the area mask and the refined alignment.
+        latent: the swapper's source latent, when it does not come from ``identity`` (a model that takes the
+            source face as an image: :func:`source_face_latent`).
     """
 
     def __init__(
@@ -81,6 +84,7 @@ class FaceSwapperProcessor:
         pixel_boost: int | None = None,
         masker: FaceMasker | None = None,
         landmarker: FaceLandmarker | None = None,
+        latent: Latent | None = None,
     ) -> None:
         """
         Raises:
@@ -95,7 +99,11 @@ class FaceSwapperProcessor:
         self.detector = targeter.detector
         self._reporter = reporter
         self.batches = batches or FittedBatches(batch_size)
-        self.latent: Latent = swapper.source_latent(np.asarray(identity, dtype=np.float32).reshape(1, -1))
+        self.latent: Latent = (
+            latent
+            if latent is not None
+            else swapper.source_latent(np.asarray(identity, dtype=np.float32).reshape(1, -1))
+        )
         self.mask = box_mask(self.crop_size, mask_blur, mask_padding)
 
     @classmethod
@@ -124,7 +132,9 @@ class FaceSwapperProcessor:
             raise InvalidOptionsError("face_swapper needs at least one source image")
         detector = detector or FaceDetector.load(face, settings)
         embedder = embedder or FaceEmbedder.load(settings)
-        identity = source_identity(identity_sources(context.sources, face.selector_mode), detector, embedder)
+        identity_images = identity_sources(context.sources, face.selector_mode)
+        identity = source_identity(identity_images, detector, embedder)
+        latent = source_face_latent(swapper, identity_images, detector) if swapper.source_crop else None
         targeter = FaceTargeter.load(face, context.sources, settings, detector=detector, embedder=embedder)
         crop_size = face.pixel_boost or swapper.size
         try:
@@ -150,6 +160,7 @@ class FaceSwapperProcessor:
             pixel_boost=crop_size,
             masker=masker,
             landmarker=landmarker,
+            latent=latent,
         )
 
     def process(self, frames: FrameBatch) -> FrameBatch:
@@ -209,6 +220,23 @@ class FaceSwapperProcessor:
             work.frames = paste_crops(work.frames, done.faces, done.swapped, mask)
         work.state = None
         return work
+
+
+def source_face_latent(swapper: FaceSwapper, images: Sequence[Path], detector: FaceDetector) -> Latent:
+    """The latent of a swapper that takes the source face as an image: the largest face of the first source
+    image, aligned to the model's source template (FaceFusion uses its first source face the same way).
+
+    Raises:
+        SourceImageError, NoFaceInSourceError: the image is unreadable or shows no face.
+    """
+    assert swapper.source_crop is not None
+    template, side = swapper.source_crop
+    image = read_image(images[0])
+    faces = detector.detect_frame(image)
+    if not faces:
+        raise NoFaceInSourceError(f"no face found in source image {images[0].name}")
+    crop = gather_crops([image], [[largest_face(faces)]], template, side).crops[0]
+    return swapper.source_image_latent(crop)
 
 
 @register("face_swapper")
