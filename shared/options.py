@@ -62,6 +62,11 @@ MaskRegion = Literal[
 MaskArea = Literal["upper-face", "lower-face", "mouth"]
 Occluder = Literal["xseg_1", "xseg_2", "xseg_3"]
 FaceParser = Literal["bisenet_resnet_18", "bisenet_resnet_34"]
+# The order faces are taken in; ``one`` takes the first (FaceFusion's face_selector_order).
+SelectorOrder = Literal[
+    "left-right", "right-left", "top-bottom", "bottom-top", "small-large", "large-small", "best-worst", "worst-best"
+]
+Gender = Literal["female", "male"]
 # The side of the crop a swapper works on, split into tiles of the model's own size (FaceFusion's pixel boost).
 PixelBoost = Literal[128, 256, 384, 512, 768, 1024]
 
@@ -148,6 +153,15 @@ class FaceOptions(BaseModel):
         "default: the swapper's size",
     )
 
+    selector_order: SelectorOrder = Field(
+        "large-small", description="The order faces are taken in; selector_mode 'one' takes the first"
+    )
+    selector_gender: Gender | None = Field(
+        None, description="Only faces the FairFace classifier sees as this gender (default: any)"
+    )
+    selector_age_start: int = Field(0, ge=0, le=100, description="Only faces whose FairFace age range reaches this")
+    selector_age_end: int = Field(100, ge=0, le=100, description="Only faces whose FairFace age range starts by this")
+
     @field_validator("mask_types", "mask_regions", "mask_areas")
     @classmethod
     def _distinct(cls, values: list[str]) -> list[str]:
@@ -155,6 +169,17 @@ class FaceOptions(BaseModel):
         if repeated:
             raise ValueError(f"each value at most once; repeated: {', '.join(repeated)}")
         return values
+
+    @model_validator(mode="after")
+    def _age_range(self) -> FaceOptions:
+        if self.selector_age_start > self.selector_age_end:
+            raise ValueError("selector_age_start is above selector_age_end")
+        return self
+
+    @property
+    def filters_by_attribute(self) -> bool:
+        """Whether faces are filtered by the FairFace classifier's gender or age."""
+        return self.selector_gender is not None or (self.selector_age_start, self.selector_age_end) != (0, 100)
 
 
 PRESETS: dict[QualityPreset, dict[str, Any]] = {

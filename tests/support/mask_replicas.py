@@ -153,3 +153,39 @@ def fan_68_5(*, width: int = 32, seed: int = 0, batch: Batch = "N", exact: bool 
     points = g.node("Add", [offset, g.constant(mean_shape_68().reshape(1, 136))])
     g.rename(g.node("Reshape", [points, g.constant(np.array([-1, 68, 2], np.int64))]), "output")
     return g.model([_tensor("input", [batch, 5, 2])], [_tensor("output", [batch, 68, 2])], "fan_68_5")
+
+
+FAIRFACE_CLASSES = (7, 2, 9)  # race, gender, age bracket
+
+
+def fairface(
+    *, width: int = 8, seed: int = 0, batch: Batch = "N", answer: tuple[int, int, int] | None = None
+) -> onnx.ModelProto:
+    """FairFace, reduced: ``input`` [N, 3, 224, 224] → ``race_id``, ``gender_id``, ``age_id`` int64 [N] (the
+    argmax of each head's logits). With ``answer`` (race, gender, age bracket) every face gets those ids."""
+    g = _Graph(seed)
+    h = g.node("Relu", [g.conv("input", 3, width, 3, stride=4, pad=1)])
+    pooled = g.node("Flatten", [g.node("GlobalAveragePool", [g.conv(h, width, 2 * width, 3, stride=2, pad=1)])], axis=1)
+    total = sum(FAIRFACE_CLASSES)
+    logits = g.node("Gemm", [pooled, g.param((total, 2 * width), 1.0), g.param((total,), 0.1)], transB=1)
+    if answer is not None:
+        fixed = np.full((1, total), -10.0, np.float32)
+        offsets = np.cumsum((0, *FAIRFACE_CLASSES[:-1]))
+        for offset, choice in zip(offsets, answer, strict=True):
+            fixed[0, offset + choice] = 10.0
+        logits = g.node("Add", [g.node("Mul", [logits, g.constant(np.array(0.0, np.float32))]), g.constant(fixed)])
+    start = 0
+    for name, count in zip(("race_id", "gender_id", "age_id"), FAIRFACE_CLASSES, strict=True):
+        head = g.node(
+            "Slice",
+            [
+                logits,
+                g.constant(np.array([start], np.int64)),
+                g.constant(np.array([start + count], np.int64)),
+                g.constant(np.array([1], np.int64)),
+            ],
+        )
+        g.rename(g.node("ArgMax", [head], axis=1, keepdims=0), name)
+        start += count
+    outputs = [helper.make_tensor_value_info(n, TensorProto.INT64, [batch]) for n in ("race_id", "gender_id", "age_id")]
+    return g.model([_image("input", batch, 224)], outputs, "fairface")

@@ -251,3 +251,55 @@ def test_pixel_boost_512_with_an_identity_swapper_keeps_d18_above_40_db_inside_t
         x1, y1, x2, y2 = paste_region(before.shape, 512, estimate_transform(faces[0].landmarks, "arcface_128", 512))
         assert not np.array_equal(before, after)  # the face went through the swapper and back
         assert psnr(after[y1:y2, x1:x2], before[y1:y2, x1:x2]) >= 40.0
+
+
+def _two_people(indices: list[int]) -> npt.NDArray[np.uint8]:
+    """A 480×960 clip: the d18 man on the left, the d20 man on the right."""
+    return np.concatenate([clip_frames("d18.mp4", indices), clip_frames("d20.mp4", indices)], axis=2)
+
+
+@pytest.mark.parametrize(("order", "changed_side"), [("left-right", 0), ("right-left", 1)])
+def test_selector_order_decides_which_face_one_takes(models: Path, order: str, changed_side: int) -> None:
+    install_replica(constant_colour_swapper(GREEN), "inswapper_128", models)
+    frames = _two_people([0, 30])
+    face = FaceOptions(swapper="inswapper_128", selector_mode="one", selector_order=order)  # type: ignore[arg-type]
+    result = _swap(models, face, frames)
+    half = frames.shape[2] // 2
+    for before, after in zip(frames, result, strict=True):
+        sides = [(slice(None), slice(0, half)), (slice(None), slice(half, None))]
+        changed = [not np.array_equal(after[side], before[side]) for side in sides]
+        assert changed == [changed_side == 0, changed_side == 1]
+
+
+@pytest.mark.parametrize(
+    ("gender", "ages", "swapped"),
+    [("female", (25, 40), True), ("male", (0, 100), False), (None, (40, 60), False), (None, (0, 24), True)],
+)
+def test_gender_and_age_filters_follow_the_classifier(
+    models: Path, gender: str | None, ages: tuple[int, int], swapped: bool
+) -> None:
+    """The replica classifier sees every face as a woman of 20–29."""
+    install_replica(constant_colour_swapper(GREEN), "inswapper_128", models)
+    install_replica(mask_replicas.fairface(answer=(0, 1, 3)), "fairface", models)
+    frames = clip_frames("d18.mp4", [0, 30])
+    face = FaceOptions(
+        swapper="inswapper_128",
+        selector_gender=gender,  # type: ignore[arg-type]
+        selector_age_start=ages[0],
+        selector_age_end=ages[1],
+    )
+    result = _swap(models, face, frames)
+    assert (not np.array_equal(result, frames)) == swapped
+
+
+def test_the_fairface_replica_matches_onnxruntime_when_converted_to_torch() -> None:
+    model = mask_replicas.fairface()
+    feeds = {"input": np.random.default_rng(0).uniform(-2, 2, (4, 3, 224, 224)).astype(np.float32)}
+    session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    expected = session.run(None, feeds)
+    module = convert(model)
+    with torch.inference_mode():
+        actual = module(torch.from_numpy(feeds["input"]))
+    assert [value.name for value in model.graph.output] == list(REGISTRY["fairface"].output_names)
+    for want, got in zip(expected, actual, strict=True):
+        np.testing.assert_array_equal(got.numpy(), want)

@@ -18,7 +18,15 @@ from types import MappingProxyType
 from typing import Literal
 
 ModelKind = Literal[
-    "detector", "recognizer", "swapper", "enhancer", "embedding_converter", "landmarker", "occluder", "face_parser"
+    "detector",
+    "recognizer",
+    "swapper",
+    "enhancer",
+    "embedding_converter",
+    "landmarker",
+    "occluder",
+    "face_parser",
+    "classifier",
 ]
 ColourOrder = Literal["rgb", "bgr"]
 TemplateName = Literal["arcface_112_v1", "arcface_112_v2", "arcface_128", "ffhq_512", "mtcnn_512"]
@@ -541,6 +549,24 @@ _SPECS = (
             unverified=frozenset({"output_names", "licence"}),
         )
         for name, size, template, licence in _MORE_ENHANCERS
+    ),
+    ModelSpec(
+        # FairFace: the face aligned to arcface_112_v2 at 224, RGB with ImageNet mean/std -> three int64 [N]
+        # class ids (race, gender 0 male / 1 female, age bracket 0-8), read by position.
+        name="fairface",
+        file_name="fairface.onnx",
+        base="models-3.0.0",
+        kind="classifier",
+        sha256=None,
+        size_bytes=None,
+        input_size=224,
+        template="arcface_112_v2",
+        normalisation=IMAGENET,
+        colour_order="rgb",
+        input_names=("input",),
+        output_names=("race_id", "gender_id", "age_id"),
+        licence="FairFace (joojs/fairface): CC BY 4.0",
+        unverified=frozenset({"output_names", "licence"}),
     ),
 )
 
