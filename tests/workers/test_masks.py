@@ -21,6 +21,7 @@ from tests.support.faces import MEDIA, MODELS, clip_frames, detector, engine, im
 from tests.support.replicas import (
     arcface_w600k_r50,
     constant_colour_swapper,
+    gfpgan_1_4,
     identity_swapper,
     install_replica,
     replica_settings,
@@ -74,10 +75,15 @@ def _swap(models: Path, face: FaceOptions, frames: npt.NDArray[np.uint8]) -> npt
 
 
 def _crop_box_in_frame(
-    shape: tuple[int, ...], face: Face, box: tuple[float, float, float, float], size: int = 128, grow: int = 3
+    shape: tuple[int, ...],
+    face: Face,
+    box: tuple[float, float, float, float],
+    size: int = 128,
+    grow: int = 3,
+    template: str = "arcface_128",
 ) -> npt.NDArray[np.bool_]:
-    """The frame pixels a box of the face's arcface_128 crop lands on once warped back, grown by ``grow`` px."""
-    inverse = cv2.invertAffineTransform(estimate_transform(face.landmarks, "arcface_128", size))
+    """The frame pixels a box of the face's aligned crop lands on once warped back, grown by ``grow`` px."""
+    inverse = cv2.invertAffineTransform(estimate_transform(face.landmarks, template, size))
     x1, y1, x2, y2 = (value * size for value in box)
     corners = np.array([[x1, y1], [x2, y1], [x2, y2], [x1, y2]]) @ inverse[:, :2].T + inverse[:, 2]
     inside = np.zeros(shape[:2], np.uint8)
@@ -153,6 +159,24 @@ def test_an_occlusion_mask_keeps_what_the_occluder_says_covers_the_face(models: 
         assert np.array_equal(after[y + 20, x], before[y + 20, x])
         eye_x, eye_y = np.round(faces[0].landmarks[0]).astype(int)
         assert np.abs(after[eye_y, eye_x].astype(int) - GREEN).max() <= 20  # the box and the occluder soften it
+
+
+def test_the_enhancer_takes_the_occlusion_mask_too(models: Path) -> None:
+    install_replica(gfpgan_1_4(), "gfpgan_1.4", models)
+    visible = (0.0, 0.0, 1.0, 0.5)
+    install_replica(mask_replicas.constant_occluder(visible), "xseg_1", models)
+    frames = clip_frames("d18.mp4", [0, 30])
+    face = FaceOptions(enhancer="gfpgan_1.4", mask_types=["box", "occlusion"], enhancer_blend=100)
+    context = ProcessorContext(
+        options=JobOptions(processors=["face_enhancer"], face=face), sources=[], settings=replica_settings(models)
+    )
+    result = build("face_enhancer", context).process(frames)
+    for before, after, faces in zip(frames, result, detector().detect(frames), strict=True):
+        upper = np.zeros(before.shape[:2], bool)
+        for found in faces:
+            upper |= _crop_box_in_frame(before.shape, found, visible, 512, template="ffhq_512")
+        assert np.array_equal(after[~upper], before[~upper])
+        assert not np.array_equal(after[upper], before[upper])
 
 
 def test_an_area_mask_of_the_mouth_follows_the_68_point_hull(models: Path) -> None:

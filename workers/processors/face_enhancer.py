@@ -4,7 +4,8 @@ Per batch of frames: detect (shared with the rest of the chain: after a swapper,
 frames), select, align every selected face of the whole batch onto the enhancer's template, enhance them in
 batches fitted to memory, and paste them back — stages the render pipeline overlaps (:meth:`stages`).
 ``enhancer_blend`` (0–100) is how much of the enhanced face shows, as FaceFusion's ``face_enhancer_blend``:
-it scales the feathered box mask.
+it scales the paste-back mask — the feathered box, and the occlusion mask where ``face.mask_types`` asks for it
+(FaceFusion's enhancer takes those two of the mask types).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from workers.faces.alignment import box_mask
 from workers.faces.cropping import FaceCrops, gather_crops, paste_crops
 from workers.faces.detection import FaceDetector
 from workers.faces.enhancing import FaceEnhancer
+from workers.faces.masking import FaceMasker
 from workers.faces.recognition import FaceEmbedder
 from workers.processors.base import FrameBatch, ProcessorContext, Reporter, Stage, Work, register
 from workers.processors.targeting import FaceTargeter
@@ -55,8 +57,11 @@ class FaceEnhancerProcessor:
         mask_blur: float = 0.3,
         mask_padding: Sequence[int] = (0, 0, 0, 0),
         reporter: Reporter | None = None,
+        masker: FaceMasker | None = None,
     ) -> None:
         self.enhancer = enhancer
+        self.masker = masker if masker is not None and masker.occluder is not None else None
+        self.blend = np.float32(blend / 100)
         self.targeter: FaceTargeter | None = targeter
         self.detector = targeter.detector
         self._reporter = reporter
@@ -85,6 +90,8 @@ class FaceEnhancerProcessor:
             if face.enhancer is None:
                 raise InvalidOptionsError("face_enhancer needs an enhancer model (options.face.enhancer)")
             enhancer = FaceEnhancer.load(face.enhancer, settings)
+        types = tuple(kind for kind in face.mask_types if kind in ("box", "occlusion")) or ("box",)
+        masker = FaceMasker.from_options(face.model_copy(update={"mask_types": list(types)}), settings, enhancer.size)
         targeter = FaceTargeter.load(face, context.sources, settings, detector=detector, embedder=embedder)
         return cls(
             enhancer,
@@ -95,7 +102,8 @@ class FaceEnhancerProcessor:
             batches=enhancer.batches,
             mask_blur=face.mask_blur,
             mask_padding=face.mask_padding,
-            reporter=Reporter(context.report, enhancer.degradations),
+            reporter=Reporter(context.report, enhancer.degradations, masker.degradations),
+            masker=masker,
         )
 
     def process(self, frames: FrameBatch) -> FrameBatch:
@@ -120,7 +128,12 @@ class FaceEnhancerProcessor:
         assert isinstance(faces, FaceCrops)
         if len(faces):
             enhanced = self.batches.map(faces.crops, lambda crops: self.enhancer.enhance(crops, self.weight))
-            work.state = faces, enhanced
+            masks = (
+                self.masker.combine(enhanced, before=self.masker.before(faces.crops)) * self.blend
+                if self.masker is not None and enhanced.shape[1] == faces.crops.shape[1]
+                else self.mask
+            )
+            work.state = faces, enhanced, masks
             logger.debug("enhanced %s faces in %s frames", len(faces), len(work.frames))
         if self._reporter is not None:
             self._reporter.check()
@@ -128,8 +141,8 @@ class FaceEnhancerProcessor:
 
     def _paste(self, work: Work) -> Work:
         if isinstance(work.state, tuple):
-            faces, enhanced = work.state
-            work.frames = paste_crops(work.frames, faces, enhanced, self.mask)
+            faces, enhanced, masks = work.state
+            work.frames = paste_crops(work.frames, faces, enhanced, masks)
         work.state = None
         return work
 
