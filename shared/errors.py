@@ -12,6 +12,7 @@
     │   ├── CallbackUrlError          callback_url_invalid / callback_url_forbidden: a webhook URL refused (SSRF)
     │   ├── InputUrlError             input_url_invalid / input_url_forbidden / input_missing: a referenced input
     │   ├── MediaFormatError          media_format_refused: not a container the farm reads (playlists, scripts)
+    │   ├── ContentRefusedError       content_refused: the operator's content policy refuses the target video
     │   ├── TooLargeError (413)       upload_too_large / source_too_large / request_too_large: over a size limit
     │   └── RequestTimeoutError (408) upload_timeout: the upload stopped sending
     ├── UnauthorizedError (401)       unauthorized: no API key, or an unknown or revoked one
@@ -117,6 +118,12 @@ class MediaFormatError(InputError):
     """The file is not in a container the farm reads: HLS/DASH manifests, ``ffconcat`` scripts, raw streams."""
 
     code = "media_format_refused"
+
+
+class ContentRefusedError(InputError):
+    """The content policy (an operator setting) found the target video refused: the job fails, no output is kept."""
+
+    code = "content_refused"
 
 
 class RequestTimeoutError(InputError):

@@ -189,3 +189,30 @@ def fairface(
         start += count
     outputs = [helper.make_tensor_value_info(n, TensorProto.INT64, [batch]) for n in ("race_id", "gender_id", "age_id")]
     return g.model([_image("input", batch, 224)], outputs, "fairface")
+
+
+NSFW_SIZES = {"nsfw_1": 640, "nsfw_2": 384, "nsfw_3": 448}
+
+
+def nsfw(name: str, flags: bool, *, batch: Batch = "N") -> onnx.ModelProto:
+    """An NSFW analyser with the real input and output layout that flags every frame (``flags``) or none:
+    nsfw_1 a YOLO output [N, 6, 100] (class scores 0.9 or 0), nsfw_2 probabilities [N, 2] (0.9 or 0 nsfw),
+    nsfw_3 logits [N, 2] (a margin of 20 or 0)."""
+    g = _Graph(0)
+    size = NSFW_SIZES[name]
+    if name == "nsfw_1":
+        answer = np.zeros((1, 6, 100), np.float32)
+        answer[0, 4:, :] = 0.9 if flags else 0.0
+        shape: list[Batch] = [batch, 6, 100]
+    else:
+        answer = np.array([[0.1, 0.9]] if flags else [[1.0, 0.0]], np.float32)
+        if name == "nsfw_3":
+            answer = np.array([[0.0, 20.0]] if flags else [[0.0, 0.0]], np.float32)
+        shape = [batch, 2]
+    axes = [3] if name == "nsfw_1" else [2, 3]
+    mean = g.node("ReduceMean", ["input"], axes=[1, 2, 3], keepdims=1)
+    zero = g.node(
+        "Mul", [g.node("Squeeze", [mean, g.constant(np.array(axes, np.int64))]), g.constant(np.array(0.0, np.float32))]
+    )
+    g.rename(g.node("Add", [zero, g.constant(answer)]), "output")
+    return g.model([_image("input", batch, size)], [_tensor("output", shape)], name)

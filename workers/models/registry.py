@@ -27,6 +27,7 @@ ModelKind = Literal[
     "occluder",
     "face_parser",
     "classifier",
+    "content_analyser",
 ]
 ColourOrder = Literal["rgb", "bgr"]
 TemplateName = Literal["arcface_112_v1", "arcface_112_v2", "arcface_128", "ffhq_512", "mtcnn_512"]
@@ -567,6 +568,59 @@ _SPECS = (
         output_names=("race_id", "gender_id", "age_id"),
         licence="FairFace (joojs/fairface): CC BY 4.0",
         unverified=frozenset({"output_names", "licence"}),
+    ),
+    # The content policy's three NSFW analysers (FaceFusion's content_analyser). Each sees the whole frame
+    # resized to its input; how each output becomes a score is in workers/content.py, unverified like these.
+    ModelSpec(
+        # A YOLO detector: [N, 4 + classes, anchors]; a frame's score is its best class score.
+        name="nsfw_1",
+        file_name="nsfw_1.onnx",
+        base="models-3.3.0",
+        kind="content_analyser",
+        sha256=None,
+        size_bytes=None,
+        input_size=640,
+        template=None,
+        normalisation=UNIT,
+        colour_order="rgb",
+        input_names=("input",),
+        output_names=("output",),
+        licence="EraX NSFW detector: terms not recorded here",
+        unverified=frozenset({"output_names", "normalisation", "licence"}),
+    ),
+    ModelSpec(
+        # A classifier: [N, 2] probabilities (safe, nsfw).
+        name="nsfw_2",
+        file_name="nsfw_2.onnx",
+        base="models-3.3.0",
+        kind="content_analyser",
+        sha256=None,
+        size_bytes=None,
+        input_size=384,
+        template=None,
+        normalisation=SYMMETRIC,
+        colour_order="rgb",
+        input_names=("input",),
+        output_names=("output",),
+        licence="Marqo NSFW image detection: terms not recorded here",
+        unverified=frozenset({"output_names", "normalisation", "licence"}),
+    ),
+    ModelSpec(
+        # A CLIP-based classifier: [N, 2] logits; the score is nsfw minus safe.
+        name="nsfw_3",
+        file_name="nsfw_3.onnx",
+        base="models-3.3.0",
+        kind="content_analyser",
+        sha256=None,
+        size_bytes=None,
+        input_size=448,
+        template=None,
+        normalisation=Normalisation(mean=(122.77, 116.75, 104.09), std=(68.50, 66.63, 70.32)),
+        colour_order="rgb",
+        input_names=("input",),
+        output_names=("output",),
+        licence="NSFW classifier on CLIP: terms not recorded here",
+        unverified=frozenset({"output_names", "normalisation", "licence"}),
     ),
 )
 
