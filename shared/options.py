@@ -162,6 +162,14 @@ class FaceOptions(BaseModel):
     selector_age_start: int = Field(0, ge=0, le=100, description="Only faces whose FairFace age range reaches this")
     selector_age_end: int = Field(100, ge=0, le=100, description="Only faces whose FairFace age range starts by this")
 
+    swapper_weight: float = Field(
+        0.5,
+        ge=0.0,
+        le=1.0,
+        description="Identity strength of the embedding swappers (inswapper, hyperswap, simswap): 0.5 is the "
+        "source as is; towards 0 more of the source, towards 1 more of the target (FaceFusion's face_swapper_weight)",
+    )
+
     @field_validator("mask_types", "mask_regions", "mask_areas")
     @classmethod
     def _distinct(cls, values: list[str]) -> list[str]:

@@ -15,6 +15,7 @@ import onnxruntime
 import pytest
 import torch
 
+from shared.errors import InvalidOptionsError
 from shared.options import FaceOptions, JobOptions
 from tests.support import mask_replicas
 from tests.support.faces import MEDIA, MODELS, clip_frames, detector, engine, image, psnr
@@ -34,8 +35,11 @@ from workers.faces.boosting import boost_factor, explode, implode
 from workers.faces.detection import Face
 from workers.faces.landmarks import FaceLandmarker, five_from_68
 from workers.faces.masking import FaceOccluder, FaceRegionParser
+from workers.faces.recognition import FaceEmbedder
+from workers.faces.swapping import SWAPPERS, EmapProjection, FaceSwapper, read_emap
 from workers.models.registry import REGISTRY
 from workers.processors import ProcessorContext, build
+from workers.processors.face_swapper import FaceSwapperProcessor
 
 pytestmark = pytest.mark.skipif(not MODELS.exists(), reason="the reference data folder is not beside the checkout")
 
@@ -327,3 +331,53 @@ def test_the_fairface_replica_matches_onnxruntime_when_converted_to_torch() -> N
     assert [value.name for value in model.graph.output] == list(REGISTRY["fairface"].output_names)
     for want, got in zip(expected, actual, strict=True):
         np.testing.assert_array_equal(got.numpy(), want)
+
+
+class RecordingEngine(CountingEngine):
+    """Also keeps every ``source`` input it was fed."""
+
+    def __init__(self, inner: Engine) -> None:
+        super().__init__(inner)
+        self.sources: list[npt.NDArray[np.float32]] = []
+
+    def run(self, inputs: Mapping[str, Tensor]) -> list[Tensor]:
+        self.sources.append(np.asarray(inputs["source"], np.float32))
+        return super().run(inputs)
+
+
+@pytest.mark.parametrize("weight", [0.0, 0.5, 1.0])
+def test_swapper_weight_mixes_each_faces_own_identity_into_the_latent(models: Path, weight: float) -> None:
+    path = install_replica(identity_swapper(), "inswapper_128", models)
+    settings = replica_settings(models)
+    recording = RecordingEngine(engine(path))
+    swapper = FaceSwapper(SWAPPERS["inswapper_128"], recording, EmapProjection(read_emap(path)))
+    face = FaceOptions(swapper="inswapper_128", swapper_weight=weight)
+    context = ProcessorContext(
+        options=JobOptions(processors=["face_swapper"], face=face), sources=[MEDIA / "s0.jpg"], settings=settings
+    )
+    processor = FaceSwapperProcessor.from_context(context, swapper=swapper)
+    frames = _two_people([0, 30])
+    processor.process(frames)
+
+    embedder = FaceEmbedder.load(settings)
+    targets = [face for frame in embedder.embed_frames(frames, detector().detect(frames)) for face in frame]
+    units = np.stack([t.embedding / np.linalg.norm(t.embedding) for t in targets if t.embedding is not None])
+    mix = {0.0: 0.35, 0.5: 0.0, 1.0: -0.35}[weight]
+    expected = processor.latent[None] * (1 - mix) + units * mix
+    fed = np.concatenate(recording.sources)
+    assert fed.shape == (len(targets), 512)
+    np.testing.assert_allclose(fed, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_a_swapper_weight_is_refused_where_the_family_has_none(models: Path) -> None:
+    from tests.support.swapper_replicas import blendswap_256
+
+    install_replica(blendswap_256(), "blendswap_256", models)
+    face = FaceOptions(swapper="blendswap_256", swapper_weight=0.8)
+    context = ProcessorContext(
+        options=JobOptions(processors=["face_swapper"], face=face),
+        sources=[MEDIA / "s0.jpg"],
+        settings=replica_settings(models),
+    )
+    with pytest.raises(InvalidOptionsError, match="swapper_weight"):
+        build("face_swapper", context)

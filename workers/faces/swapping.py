@@ -327,6 +327,12 @@ class FaceSwapper:
         return self._latent(identity)
 
     @property
+    def weighted(self) -> bool:
+        """Whether the model's latent can be mixed with the target's identity (``face.swapper_weight``): the
+        families whose FaceFusion mix is documented (inswapper, hyperswap, simswap)."""
+        return self._spec.latent in ("emap_projection", "normalised", "converted")
+
+    @property
     def source_crop(self) -> tuple[TemplateName, int] | None:
         """The template and side a source face is aligned to for a model that takes it as an image, else
         ``None`` (the model takes an embedding: :meth:`source_latent`)."""
@@ -346,6 +352,16 @@ class FaceSwapper:
             raise ValueError(f"the source crop must be uint8 [{side}, {side}, 3], got {crop.dtype} {list(crop.shape)}")
         return np.ascontiguousarray(crop[..., ::-1].transpose(2, 0, 1).astype(np.float32) / np.float32(255.0))
 
+    def swap_each(self, crops: Crops, latents: Latent) -> Crops:
+        """Like :meth:`swap`, with one latent per crop (``[N, ...]``, e.g. mixed with each target's identity).
+
+        Raises:
+            ValueError: the crops are not ``[N, size, size, 3]`` uint8, or the latents are not one per crop.
+        """
+        if len(latents) != len(crops):
+            raise ValueError(f"{len(latents)} latents for {len(crops)} crops")
+        return self._swap(crops, np.asarray(latents, np.float32))
+
     def swap(self, crops: Crops, latent: Latent) -> Crops:
         """Swap the identity ``latent`` into every crop; one engine call for the batch where the model allows.
 
@@ -356,16 +372,17 @@ class FaceSwapper:
         Raises:
             ValueError: the crops are not ``[N, size, size, 3]`` uint8.
         """
+        return self._swap(crops, np.asarray(latent, np.float32)[None])
+
+    def _swap(self, crops: Crops, sources: Latent) -> Crops:
+        """Swap ``sources`` (one latent for all crops, ``[1, ...]``, or one per crop) into ``crops``."""
         target = self._format.to_tensor(crops)
         if len(crops) == 0:
             return crops.copy()
-        source = np.asarray(latent, np.float32)[None]
 
         def inputs(items: Indices) -> dict[str, npt.NDArray[np.generic]]:
-            return {
-                self._spec.target_input: target[items],
-                self._spec.source_input: np.repeat(source, len(items), axis=0),
-            }
+            source = np.repeat(sources, len(items), axis=0) if len(sources) == 1 else sources[items]
+            return {self._spec.target_input: target[items], self._spec.source_input: source}
 
         output = run_in_batches(self._engine, len(crops), inputs, self._fixed_batch)[0]
         return self._format.to_crops(output, self._spec.output_range)

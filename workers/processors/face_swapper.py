@@ -44,6 +44,7 @@ class _Aligned:
 
     faces: FaceCrops
     landmarks: FloatArray | None
+    latents: FloatArray | None = None
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,8 @@ class FaceSwapperProcessor:
         landmarker: 68-point landmarks, for the area mask and the refined alignment.
         latent: the swapper's source latent, when it does not come from ``identity`` (a model that takes the
             source face as an image: :func:`source_face_latent`).
+        weight: ``face.swapper_weight``; away from 0.5 each face's latent is mixed with its own identity
+            (``embedder`` embeds the targets), as FaceFusion mixes it.
     """
 
     def __init__(
@@ -85,6 +88,8 @@ class FaceSwapperProcessor:
         masker: FaceMasker | None = None,
         landmarker: FaceLandmarker | None = None,
         latent: Latent | None = None,
+        weight: float = 0.5,
+        embedder: FaceEmbedder | None = None,
     ) -> None:
         """
         Raises:
@@ -95,6 +100,11 @@ class FaceSwapperProcessor:
         self.boost = boost_factor(self.crop_size, swapper.size)
         self.masker = masker if masker is not None and not masker.box_only else None
         self.landmarker = landmarker
+        # FaceFusion's mix: latent·(1 − w′) + target/‖target‖·w′, w′ from 0.35 (weight 0) to −0.35 (weight 1)
+        self.mix = float(np.interp(weight, [0.0, 1.0], [0.35, -0.35]))
+        if self.mix != 0.0 and (embedder is None or not swapper.weighted):
+            raise ValueError(f"swapper {swapper.name} does not take a swapper weight (or no embedder to mix by)")
+        self.embedder = embedder
         self.targeter: FaceTargeter | None = targeter
         self.detector = targeter.detector
         self._reporter = reporter
@@ -135,6 +145,11 @@ class FaceSwapperProcessor:
         identity_images = identity_sources(context.sources, face.selector_mode)
         identity = source_identity(identity_images, detector, embedder)
         latent = source_face_latent(swapper, identity_images, detector) if swapper.source_crop else None
+        if face.swapper_weight != 0.5 and not swapper.weighted:
+            raise InvalidOptionsError(
+                f"options.face.swapper_weight: swapper {swapper.name} has no identity weight (only inswapper, "
+                "hyperswap and simswap do); leave it at 0.5"
+            )
         targeter = FaceTargeter.load(face, context.sources, settings, detector=detector, embedder=embedder)
         crop_size = face.pixel_boost or swapper.size
         try:
@@ -161,6 +176,8 @@ class FaceSwapperProcessor:
             masker=masker,
             landmarker=landmarker,
             latent=latent,
+            weight=face.swapper_weight,
+            embedder=embedder,
         )
 
     def process(self, frames: FrameBatch) -> FrameBatch:
@@ -187,13 +204,23 @@ class FaceSwapperProcessor:
             landmarks = np.stack(
                 [p.astype(np.float64) @ m[:, :2].T + m[:, 2] for p, m in zip(points, faces.transforms, strict=True)]
             ).astype(np.float32)
-        work.state = _Aligned(faces, landmarks)
+        latents = None
+        if self.mix != 0.0 and len(faces):
+            assert self.embedder is not None
+            embedded = self.embedder.embed_frames(work.frames, targets)
+            vectors = np.stack([face.embedding for frame in embedded for face in frame if face.embedding is not None])
+            units = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+            latents = (self.latent[None] * (1.0 - self.mix) + units * self.mix).astype(np.float32)
+        work.state = _Aligned(faces, landmarks, latents)
         return work
 
-    def _swap_crops(self, crops: npt.NDArray[np.uint8]) -> npt.NDArray[np.uint8]:
-        if self.boost == 1:
-            return self.swapper.swap(crops, self.latent)
-        return explode(self.swapper.swap(implode(crops, self.boost), self.latent), self.boost)
+    def _swap_crops(self, crops: npt.NDArray[np.uint8], latents: FloatArray | None = None) -> npt.NDArray[np.uint8]:
+        tiles = crops if self.boost == 1 else implode(crops, self.boost)
+        if latents is None:
+            swapped = self.swapper.swap(tiles, self.latent)
+        else:
+            swapped = self.swapper.swap_each(tiles, np.repeat(latents, self.boost * self.boost, axis=0))
+        return swapped if self.boost == 1 else explode(swapped, self.boost)
 
     def _swap(self, work: Work) -> Work:
         aligned = work.state
@@ -201,7 +228,19 @@ class FaceSwapperProcessor:
         faces = aligned.faces
         if len(faces):
             before = self.masker.before(faces.crops) if self.masker is not None else None
-            swapped = self.batches.map(faces.crops, self._swap_crops)
+            if aligned.latents is None:
+                swapped = self.batches.map(faces.crops, self._swap_crops)
+            else:
+                latents, done = aligned.latents, [0]
+
+                def step(part: npt.NDArray[np.uint8]) -> npt.NDArray[np.uint8]:
+                    # map hands consecutive slices in order (a slice that ran out of memory comes again, smaller)
+                    start = done[0]
+                    result = self._swap_crops(part, latents[start : start + len(part)])
+                    done[0] = start + len(part)
+                    return result
+
+                swapped = self.batches.map(faces.crops, step)
             masks = (
                 self.masker.combine(swapped, before=before, landmarks=aligned.landmarks)
                 if self.masker is not None
