@@ -25,6 +25,7 @@
     │   │   ├── InputForbiddenError   input_url_forbidden: outside the prefixes the operator allows
     │   │   └── InputMissingError     input_missing: nothing readable there
     │   ├── MediaFormatError          media_format_refused: not a container the farm reads (playlists, scripts)
+    │   ├── ContentRefusedError       content_refused: the operator's content policy refuses the target video
     │   ├── TooLargeError (413)       upload_too_large: over a size limit
     │   │   ├── SourceTooLargeError   source_too_large
     │   │   └── RequestTooLargeError  request_too_large
@@ -217,6 +218,12 @@ class MediaFormatError(InputError):
     """The file is not in a container the farm reads: HLS/DASH manifests, ``ffconcat`` scripts, raw streams."""
 
     code = "media_format_refused"
+
+
+class ContentRefusedError(InputError):
+    """The content policy (an operator setting) found the target video refused: the job fails, no output is kept."""
+
+    code = "content_refused"
 
 
 class RequestTimeoutError(InputError):

@@ -14,13 +14,63 @@ from shared.families import AcceleratorFamily as AcceleratorFamily  # the choice
 
 ProcessorName = Literal["passthrough", "face_swapper", "face_enhancer", "face_blur", "face_debugger"]
 Detector = Literal["yunet", "scrfd", "retinaface", "yolo_face"]
-Swapper = Literal["inswapper_128", "inswapper_128_fp16", "hyperswap_1a_256", "simswap_256"]
-Enhancer = Literal["gfpgan_1.4", "gpen_bfr_512", "codeformer"]
+Swapper = Literal[
+    "inswapper_128",
+    "inswapper_128_fp16",
+    "hyperswap_1a_256",
+    "simswap_256",
+    "ghost_1_256",
+    "ghost_2_256",
+    "ghost_3_256",
+    "blendswap_256",
+    "uniface_256",
+    "hififace_unofficial_256",
+    "hyperswap_1b_256",
+    "hyperswap_1c_256",
+    "simswap_unofficial_512",
+]
+Enhancer = Literal[
+    "gfpgan_1.4",
+    "gpen_bfr_512",
+    "codeformer",
+    "gfpgan_1.2",
+    "gfpgan_1.3",
+    "gpen_bfr_256",
+    "gpen_bfr_1024",
+    "gpen_bfr_2048",
+    "restoreformer_plus_plus",
+]
 SelectorMode = Literal["all", "largest", "one", "reference"]
 BlurStyle = Literal["blur", "pixelate", "fill"]
 QualityPreset = Literal["fast", "quality"]
 VideoEncoder = Literal["libx264", "libx265", "libvpx-vp9", "libsvtav1", "h264_nvenc", "hevc_nvenc"]
 EncoderPreset = Literal["ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow"]
+# Paste-back masks, combined by their minimum as FaceFusion combines them.
+MaskType = Literal["box", "occlusion", "area", "region"]
+# The face parser's classes a region mask keeps (FaceFusion's face_mask_regions).
+MaskRegion = Literal[
+    "skin",
+    "left-eyebrow",
+    "right-eyebrow",
+    "left-eye",
+    "right-eye",
+    "glasses",
+    "nose",
+    "mouth",
+    "upper-lip",
+    "lower-lip",
+]
+# Parts of the 68-point landmark hull an area mask keeps (FaceFusion's face_mask_areas).
+MaskArea = Literal["upper-face", "lower-face", "mouth"]
+Occluder = Literal["xseg_1", "xseg_2", "xseg_3"]
+FaceParser = Literal["bisenet_resnet_18", "bisenet_resnet_34"]
+# The order faces are taken in; ``one`` takes the first (FaceFusion's face_selector_order).
+SelectorOrder = Literal[
+    "left-right", "right-left", "top-bottom", "bottom-top", "small-large", "large-small", "best-worst", "worst-best"
+]
+Gender = Literal["female", "male"]
+# The side of the crop a swapper works on, split into tiles of the model's own size (FaceFusion's pixel boost).
+PixelBoost = Literal[128, 256, 384, 512, 768, 1024]
 
 # Processors whose output shows faces that are not the ones filmed: their outputs carry a provenance tag.
 FACE_CHANGING: frozenset[ProcessorName] = frozenset({"face_swapper", "face_enhancer"})
@@ -87,6 +137,74 @@ class FaceOptions(BaseModel):
         0.3, gt=0.0, lt=1.0, description="Least score that continues a track (a track starts at detector_score)"
     )
     landmark_smoothing: float = Field(0.5, ge=0.0, le=1.0, description="Landmark smoothing along a track, 0…1")
+    mask_types: list[MaskType] = Field(
+        default_factory=lambda: list[MaskType](["box"]),
+        min_length=1,
+        max_length=len(get_args(MaskType)),
+        description="Paste-back masks, combined by their minimum (FaceFusion's face_mask_types)",
+    )
+    mask_regions: list[MaskRegion] = Field(
+        default_factory=lambda: list[MaskRegion](get_args(MaskRegion)),
+        min_length=1,
+        max_length=len(get_args(MaskRegion)),
+        description="The face parser's classes the region mask keeps",
+    )
+    mask_areas: list[MaskArea] = Field(
+        default_factory=lambda: list[MaskArea](get_args(MaskArea)),
+        min_length=1,
+        max_length=len(get_args(MaskArea)),
+        description="Parts of the 68-point landmark hull the area mask keeps",
+    )
+    occluder: Occluder = "xseg_1"
+    parser: FaceParser = "bisenet_resnet_34"
+    landmarker_score: float = Field(
+        0.0,
+        ge=0.0,
+        le=1.0,
+        description="Above 0, the 2dfan4 landmarker finds 68 points per face, and faces whose landmark score "
+        "passes this value are aligned by them (FaceFusion's face_landmarker_score; 0 turns it off)",
+    )
+    pixel_boost: PixelBoost | None = Field(
+        None,
+        description="Swap at this crop side, split into tiles of the swapper's own size (a multiple of it); "
+        "default: the swapper's size",
+    )
+
+    selector_order: SelectorOrder = Field(
+        "large-small", description="The order faces are taken in; selector_mode 'one' takes the first"
+    )
+    selector_gender: Gender | None = Field(
+        None, description="Only faces the FairFace classifier sees as this gender (default: any)"
+    )
+    selector_age_start: int = Field(0, ge=0, le=100, description="Only faces whose FairFace age range reaches this")
+    selector_age_end: int = Field(100, ge=0, le=100, description="Only faces whose FairFace age range starts by this")
+
+    swapper_weight: float = Field(
+        0.5,
+        ge=0.0,
+        le=1.0,
+        description="Identity strength of the embedding swappers (inswapper, hyperswap, simswap): 0.5 is the "
+        "source as is; towards 0 more of the source, towards 1 more of the target (FaceFusion's face_swapper_weight)",
+    )
+
+    @field_validator("mask_types", "mask_regions", "mask_areas")
+    @classmethod
+    def _distinct(cls, values: list[str]) -> list[str]:
+        repeated = sorted({value for value in values if values.count(value) > 1})
+        if repeated:
+            raise ValueError(f"each value at most once; repeated: {', '.join(repeated)}")
+        return values
+
+    @model_validator(mode="after")
+    def _age_range(self) -> FaceOptions:
+        if self.selector_age_start > self.selector_age_end:
+            raise ValueError("selector_age_start is above selector_age_end")
+        return self
+
+    @property
+    def filters_by_attribute(self) -> bool:
+        """Whether faces are filtered by the FairFace classifier's gender or age."""
+        return self.selector_gender is not None or (self.selector_age_start, self.selector_age_end) != (0, 100)
 
 
 PRESETS: dict[QualityPreset, dict[str, Any]] = {

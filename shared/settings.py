@@ -44,6 +44,11 @@ class Settings(BaseSettings):
     max_duration_seconds: float = Field(4 * 3600.0, gt=0, description="Longest target video")
     max_frame_pixels: int = Field(7680 * 4320, gt=0, description="Largest frame (width x height) of a target")
     max_frames: int = Field(2_000_000, gt=0, description="Most frames in a target video")
+    content_policy: bool = Field(
+        False,
+        description="Refuse target videos the NSFW analysers flag (FaceFusion's three models, 2 of 3 per frame, "
+        "one frame a second, refused above 10 % of them): the job fails with content_refused, no output kept",
+    )
     max_running_jobs_per_tenant: int = Field(
         4, ge=1, description="Jobs of one tenant running at once unless the tenant says; the rest wait in order"
     )

@@ -19,7 +19,7 @@ from shared.jobs import ChunkPlan
 from shared.media import FrameScan, MediaInfo, probe, scan_frames
 from shared.options import JobOptions
 from shared.tasks import RENDER_CHUNK, message
-from workers import notices
+from workers import content, notices
 from workers.chunking import bounded_chunk_frames, chunk_seconds_for, default_chunk_frames, plan_chunks
 from workers.leases import job_heartbeat
 from workers.runtime import Runtime
@@ -80,6 +80,7 @@ def _plan(
             max_frames=settings.max_frames,
             max_seconds=settings.max_duration_seconds,
         )
+        content.check(target, media, len(scan.times), settings, rt.scratch / job_id)
     times, keyframes = scan.times, scan.keyframes
     if not times:
         raise NoFramesError("the video has no frames")

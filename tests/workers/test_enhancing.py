@@ -50,7 +50,7 @@ def _crops(count: int, seed: int = 0) -> npt.NDArray[np.uint8]:
     return np.random.default_rng(seed).integers(0, 256, (count, 512, 512, 3), dtype=np.uint8)
 
 
-@pytest.mark.parametrize("name", list(ENHANCERS))
+@pytest.mark.parametrize("name", list(REPLICAS))  # the rest: test_more_models.py
 def test_every_enhancer_restores_a_batch_of_ffhq_crops(name: str, tmp_path: Path) -> None:
     install_replica(REPLICAS[name](), name, tmp_path / "models")
     enhancer = FaceEnhancer.load(name, replica_settings(tmp_path / "models"))  # type: ignore[arg-type]

@@ -39,9 +39,10 @@ def test_the_yunet_entry_matches_the_real_opencv_zoo_file() -> None:
 
 def test_models_that_take_face_crops_say_how_to_make_them() -> None:
     for spec in REGISTRY.values():
-        takes_crops = spec.kind in {"recognizer", "swapper", "enhancer"}
+        takes_crops = spec.kind in {"recognizer", "swapper", "enhancer", "classifier"}
         assert (spec.template is not None) == takes_crops, spec.name
-        if spec.kind != "embedding_converter":
+        takes_vectors = spec.kind == "embedding_converter" or spec.name == "fan_68_5"  # embeddings, 5 points
+        if not takes_vectors:
             assert spec.input_size and spec.normalisation and spec.colour_order, spec.name
         assert spec.sha256 is None or len(spec.sha256) == 64, spec.name
         assert spec.input_names and spec.output_names and spec.licence, spec.name

@@ -63,7 +63,7 @@ def _embeddings(count: int, seed: int = 0) -> npt.NDArray[np.float32]:
     return (np.random.default_rng(seed).normal(size=(count, 512)) * 20).astype(np.float32)
 
 
-@pytest.mark.parametrize("name", list(SWAPPERS))
+@pytest.mark.parametrize("name", list(REPLICAS))  # the rest: test_more_models.py
 def test_every_swapper_swaps_a_batch_of_crops_at_its_own_size(name: str, tmp_path: Path) -> None:
     swapper = FaceSwapper.load(name, _install(tmp_path, name))  # type: ignore[arg-type]
     assert swapper.size == SWAPPERS[name].model.input_size  # type: ignore[index]

@@ -67,6 +67,17 @@ TEMPLATES: Mapping[str, FloatArray] = {
         ],
         dtype=np.float32,
     ),
+    # MTCNN's reference points at 512 (FaceFusion's WARP_TEMPLATE_SET; hififace)
+    "mtcnn_512": np.array(
+        [
+            [0.36562865, 0.46733799],
+            [0.63305391, 0.46585885],
+            [0.50019127, 0.61942959],
+            [0.39032951, 0.77598822],
+            [0.61178945, 0.77476328],
+        ],
+        dtype=np.float32,
+    ),
 }
 
 

@@ -65,7 +65,8 @@ def paste_crops(frames: Frames, faces: FaceCrops, crops: Frames, mask: FloatArra
         faces: where each crop belongs.
         crops: uint8 [M, S', S', 3]; may be larger than the gathered crops (an enhancer's output size), in
             which case the transforms are scaled to match.
-        mask: float32 [S', S'] blend weights, e.g. :func:`workers.faces.alignment.box_mask`.
+        mask: float32 [S', S'] blend weights, e.g. :func:`workers.faces.alignment.box_mask`, or [M, S', S']:
+            one mask per crop (:class:`workers.faces.masking.FaceMasker`).
     """
     output = frames.copy()
     if len(crops) != len(faces):
@@ -73,7 +74,8 @@ def paste_crops(frames: Frames, faces: FaceCrops, crops: Frames, mask: FloatArra
     if len(crops) == 0:
         return output
     scale = crops.shape[1] / faces.crops.shape[1]
-    for crop, transform, index in zip(crops, faces.transforms, faces.frame_indices, strict=True):
+    masks = mask if mask.ndim == 3 else np.broadcast_to(mask, (len(crops), *mask.shape))
+    for crop, transform, index, face_mask in zip(crops, faces.transforms, faces.frame_indices, masks, strict=True):
         frame = output[index]
-        paste_back(frame, crop, transform * scale, mask, out=frame)
+        paste_back(frame, crop, transform * scale, face_mask, out=frame)
     return output

@@ -43,6 +43,17 @@ ENHANCERS: Mapping[Enhancer, EnhancerSpec] = MappingProxyType(
         "gfpgan_1.4": EnhancerSpec(REGISTRY["gfpgan_1.4"], "input", (-1.0, 1.0)),
         "gpen_bfr_512": EnhancerSpec(REGISTRY["gpen_bfr_512"], "input", (-1.0, 1.0)),
         "codeformer": EnhancerSpec(REGISTRY["codeformer"], "input", (-1.0, 1.0), weight_input="weight"),
+        **{
+            name: EnhancerSpec(REGISTRY[name], "input", (-1.0, 1.0))
+            for name in (
+                "gfpgan_1.2",
+                "gfpgan_1.3",
+                "gpen_bfr_256",
+                "gpen_bfr_1024",
+                "gpen_bfr_2048",
+                "restoreformer_plus_plus",
+            )
+        },
     }
 )
 """Every enhancer of :data:`shared.options.Enhancer`, by name."""

@@ -7,7 +7,11 @@ the model's latent:
 * ``emap_projection`` (inswapper): ``l = e · emap / ‖e‖`` with ``emap`` the model's last initializer, as
   FaceFusion computes it (not re-normalised, so ‖l‖ is well above 1);
 * ``normalised`` (hyperswap): the L2-normalised identity;
-* ``converted`` (simswap): the identity through an embedding converter model (crossface), then L2-normalised.
+* ``converted`` (simswap, hififace): the identity through an embedding converter model (crossface), then
+  L2-normalised;
+* ``converted_raw`` (ghost): the identity through its crossface converter, not re-normalised;
+* ``source_image`` (blendswap, uniface): no embedding at all: the source face itself, aligned to the model's
+  source template and size, RGB in [0, 1] (:meth:`FaceSwapper.source_image_latent`).
 
 The identity of several source images is the mean of their L2-normalised ArcFace embeddings.
 """
@@ -35,13 +39,13 @@ from workers.engines.onnx import OnnxEngine
 from workers.faces.crop_model import CropModel, load_heavy
 from workers.faces.tensors import Crops
 from workers.models.download import resolve
-from workers.models.registry import REGISTRY, ModelSpec
+from workers.models.registry import REGISTRY, ModelSpec, TemplateName
 
 logger = logging.getLogger(__name__)
 
 Embeddings = npt.NDArray[np.float32]
 Latent = npt.NDArray[np.float32]
-LatentKind = Literal["emap_projection", "normalised", "converted"]
+LatentKind = Literal["emap_projection", "normalised", "converted", "converted_raw", "source_image"]
 
 EMBEDDING_SIZE = 512
 
@@ -56,6 +60,8 @@ class SwapperSpec:
     output_range: tuple[float, float]
     latent: LatentKind
     converter: ModelSpec | None = None
+    source_crop: tuple[TemplateName, int] | None = None
+    """For ``source_image`` latents: the template and side the source face is aligned to."""
 
 
 SWAPPERS: Mapping[Swapper, SwapperSpec] = MappingProxyType(
@@ -67,6 +73,41 @@ SWAPPERS: Mapping[Swapper, SwapperSpec] = MappingProxyType(
         "hyperswap_1a_256": SwapperSpec(REGISTRY["hyperswap_1a_256"], "target", "source", (-1.0, 1.0), "normalised"),
         "simswap_256": SwapperSpec(
             REGISTRY["simswap_256"],
+            "target",
+            "source",
+            (0.0, 1.0),
+            "converted",
+            REGISTRY["crossface_simswap"],
+        ),
+        **{
+            name: SwapperSpec(
+                REGISTRY[name], "target", "source", (-1.0, 1.0), "converted_raw", REGISTRY["crossface_ghost"]
+            )
+            for name in ("ghost_1_256", "ghost_2_256", "ghost_3_256")
+        },
+        "blendswap_256": SwapperSpec(
+            REGISTRY["blendswap_256"],
+            "target",
+            "source",
+            (0.0, 1.0),
+            "source_image",
+            source_crop=("arcface_112_v2", 112),
+        ),
+        "uniface_256": SwapperSpec(
+            REGISTRY["uniface_256"], "target", "source", (-1.0, 1.0), "source_image", source_crop=("ffhq_512", 256)
+        ),
+        "hififace_unofficial_256": SwapperSpec(
+            REGISTRY["hififace_unofficial_256"],
+            "target",
+            "source",
+            (-1.0, 1.0),
+            "converted",
+            REGISTRY["crossface_hififace"],
+        ),
+        "hyperswap_1b_256": SwapperSpec(REGISTRY["hyperswap_1b_256"], "target", "source", (-1.0, 1.0), "normalised"),
+        "hyperswap_1c_256": SwapperSpec(REGISTRY["hyperswap_1c_256"], "target", "source", (-1.0, 1.0), "normalised"),
+        "simswap_unofficial_512": SwapperSpec(
+            REGISTRY["simswap_unofficial_512"],
             "target",
             "source",
             (0.0, 1.0),
@@ -114,6 +155,27 @@ class Converted:
         return (converted / np.linalg.norm(converted)).astype(np.float32)
 
 
+@dataclass(frozen=True)
+class ConvertedRaw:
+    """The identity through an embedding converter model, as it comes out (ghost's latent)."""
+
+    engine: Engine
+
+    def __call__(self, identity: Embeddings) -> Latent:
+        unit = (identity / np.linalg.norm(identity)).astype(np.float32)
+        return np.asarray(self.engine.run({self.engine.input_names[0]: unit[None]})[0][0], np.float32)
+
+
+@dataclass(frozen=True)
+class SourceImageOnly:
+    """The latent of a model that takes the source face as an image: no embedding can make it."""
+
+    model: str
+
+    def __call__(self, identity: Embeddings) -> Latent:
+        raise ValueError(f"swapper {self.model} takes the source face as an image (source_image_latent)")
+
+
 def read_emap(path: Path) -> npt.NDArray[np.float32]:
     """The ``[512, 512]`` emap of an inswapper file: its last initializer (read once per process and file).
 
@@ -150,10 +212,22 @@ def _load_converted(spec: SwapperSpec, path: Path, settings: Settings) -> Latent
     return Converted(OnnxEngine.load(resolve(spec.converter.name, settings), settings))
 
 
+def _load_converted_raw(spec: SwapperSpec, path: Path, settings: Settings) -> LatentConverter:
+    if spec.converter is None:
+        raise ModelError(f"swapper {spec.model.name} needs a converter model and names none")
+    return ConvertedRaw(OnnxEngine.load(resolve(spec.converter.name, settings), settings))
+
+
+def _load_source_image(spec: SwapperSpec, path: Path, settings: Settings) -> LatentConverter:
+    return SourceImageOnly(spec.model.name)
+
+
 _LATENT_LOADERS: Mapping[LatentKind, Callable[[SwapperSpec, Path, Settings], LatentConverter]] = {
     "emap_projection": _load_emap_projection,
     "normalised": _load_normalised,
     "converted": _load_converted,
+    "converted_raw": _load_converted_raw,
+    "source_image": _load_source_image,
 }
 
 
@@ -220,6 +294,42 @@ class FaceSwapper(CropModel):
             raise ValueError("the source embeddings cancel out")
         return self._latent(identity)
 
+    @property
+    def weighted(self) -> bool:
+        """Whether the model's latent can be mixed with the target's identity (``face.swapper_weight``): the
+        families whose FaceFusion mix is documented (inswapper, hyperswap, simswap)."""
+        return self._spec.latent in ("emap_projection", "normalised", "converted")
+
+    @property
+    def source_crop(self) -> tuple[TemplateName, int] | None:
+        """The template and side a source face is aligned to for a model that takes it as an image, else
+        ``None`` (the model takes an embedding: :meth:`source_latent`)."""
+        return self._spec.source_crop
+
+    def source_image_latent(self, crop: npt.NDArray[np.uint8]) -> Latent:
+        """The latent of a model that takes the source face as an image: the aligned source crop (uint8
+        ``[S, S, 3]`` BGR at :attr:`source_crop`) as ``[3, S, S]`` RGB in [0, 1], as FaceFusion feeds it.
+
+        Raises:
+            ValueError: the model takes an embedding, or the crop is not at the model's source size.
+        """
+        if self._spec.source_crop is None:
+            raise ValueError(f"swapper {self.name} takes a source embedding, not an image")
+        side = self._spec.source_crop[1]
+        if crop.dtype != np.uint8 or crop.shape != (side, side, 3):
+            raise ValueError(f"the source crop must be uint8 [{side}, {side}, 3], got {crop.dtype} {list(crop.shape)}")
+        return np.ascontiguousarray(crop[..., ::-1].transpose(2, 0, 1).astype(np.float32) / np.float32(255.0))
+
+    def swap_each(self, crops: Crops, latents: Latent) -> Crops:
+        """Like :meth:`swap`, with one latent per crop (``[N, ...]``, e.g. mixed with each target's identity).
+
+        Raises:
+            ValueError: the crops are not ``[N, size, size, 3]`` uint8, or the latents are not one per crop.
+        """
+        if len(latents) != len(crops):
+            raise ValueError(f"{len(latents)} latents for {len(crops)} crops")
+        return self._swap(crops, np.asarray(latents, np.float32))
+
     def swap(self, crops: Crops, latent: Latent) -> Crops:
         """Swap the identity ``latent`` into every crop; one engine call for the batch where the model allows.
 
@@ -230,9 +340,13 @@ class FaceSwapper(CropModel):
         Raises:
             ValueError: the crops are not ``[N, size, size, 3]`` uint8.
         """
-        source = np.asarray(latent, np.float32).reshape(1, -1)
+        return self._swap(crops, np.asarray(latent, np.float32)[None])
 
-        def sources(items: Indices) -> dict[str, npt.NDArray[np.generic]]:
-            return {self._spec.source_input: np.repeat(source, len(items), axis=0)}
+    def _swap(self, crops: Crops, sources: Latent) -> Crops:
+        """Swap ``sources`` (one latent for all crops, ``[1, ...]``, or one per crop) into ``crops``."""
 
-        return self._crops_through(crops, self._spec.target_input, sources, self._spec.output_range)
+        def per_call(items: Indices) -> dict[str, npt.NDArray[np.generic]]:
+            source = np.repeat(sources, len(items), axis=0) if len(sources) == 1 else sources[items]
+            return {self._spec.source_input: source}
+
+        return self._crops_through(crops, self._spec.target_input, per_call, self._spec.output_range)

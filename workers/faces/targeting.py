@@ -19,8 +19,9 @@ import numpy as np
 import numpy.typing as npt
 
 from shared.errors import InvalidOptionsError
-from shared.options import FaceOptions, SelectorMode
+from shared.options import FaceOptions, SelectorMode, SelectorOrder
 from shared.settings import Settings
+from workers.faces.attributes import AttributeFilter, FaceClassifier, order_faces
 from workers.faces.detection import Face, FaceDetector
 from workers.faces.recognition import FaceEmbedder, source_identity
 from workers.faces.selection import select_faces
@@ -59,6 +60,8 @@ class FaceTargeter:
         embedder: embeds the detected faces; required for ``reference``.
         reference: the reference embedding; required for ``reference``.
         max_distance: the largest cosine distance to the reference still selected.
+        order: the order ``one`` takes the first face of (:func:`workers.faces.attributes.order_faces`).
+        attributes: keeps only faces of a gender and age range (FairFace), before any mode selects.
 
     Raises:
         ValueError: ``reference`` mode without an embedder or a reference embedding.
@@ -72,6 +75,8 @@ class FaceTargeter:
         embedder: FaceEmbedder | None = None,
         reference: FloatArray | None = None,
         max_distance: float = 0.6,
+        order: SelectorOrder = "large-small",
+        attributes: AttributeFilter | None = None,
     ) -> None:
         if mode == "reference" and (embedder is None or reference is None):
             raise ValueError("reference selection needs an embedder and a reference embedding")
@@ -80,6 +85,8 @@ class FaceTargeter:
         self.embedder = embedder
         self.reference = reference
         self.max_distance = max_distance
+        self.order: SelectorOrder = order
+        self.attributes = attributes
 
     @classmethod
     def load(
@@ -101,8 +108,18 @@ class FaceTargeter:
             ModelError: a model cannot be found or downloaded.
         """
         detector = detector or FaceDetector.load(options, settings)
+        attributes = (
+            AttributeFilter(
+                FaceClassifier.load(settings),
+                options.selector_gender,
+                options.selector_age_start,
+                options.selector_age_end,
+            )
+            if options.filters_by_attribute
+            else None
+        )
         if options.selector_mode != "reference":
-            return cls(detector, options.selector_mode)
+            return cls(detector, options.selector_mode, order=options.selector_order, attributes=attributes)
         reference_image = reference_source(sources)
         embedder = embedder or FaceEmbedder.load(settings)
         reference = source_identity([reference_image], detector, embedder)
@@ -113,6 +130,8 @@ class FaceTargeter:
             embedder=embedder,
             reference=reference,
             max_distance=options.reference_distance,
+            order=options.selector_order,
+            attributes=attributes,
         )
 
     def targets(self, frames: Frames | Sequence[Frames]) -> list[list[Face]]:
@@ -121,6 +140,10 @@ class FaceTargeter:
 
     def select(self, frames: Frames | Sequence[Frames], detected: Sequence[list[Face]]) -> list[list[Face]]:
         """The faces the selector mode picks among ``detected`` (one list per frame of ``frames``)."""
+        if self.attributes is not None:
+            detected = self.attributes.filter(frames, detected)
+        if self.mode == "one":
+            return [order_faces(faces, self.order)[:1] for faces in detected]
         if self.mode == "reference" and self.embedder is not None:
             detected = self.embedder.embed_frames(frames, list(detected))
         return [

@@ -17,9 +17,20 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal
 
-ModelKind = Literal["detector", "recognizer", "swapper", "enhancer", "embedding_converter"]
+ModelKind = Literal[
+    "detector",
+    "recognizer",
+    "swapper",
+    "enhancer",
+    "embedding_converter",
+    "landmarker",
+    "occluder",
+    "face_parser",
+    "classifier",
+    "content_analyser",
+]
 ColourOrder = Literal["rgb", "bgr"]
-TemplateName = Literal["arcface_112_v1", "arcface_112_v2", "arcface_128", "ffhq_512"]
+TemplateName = Literal["arcface_112_v1", "arcface_112_v2", "arcface_128", "ffhq_512", "mtcnn_512"]
 # Fields of a spec that may be flagged as not confirmed by a primary source.
 SpecField = Literal["sha256", "size_bytes", "input_names", "output_names", "normalisation", "licence"]
 
@@ -64,6 +75,23 @@ class ModelSpec:
     licence: str
     unverified: frozenset[SpecField] = field(default_factory=frozenset)
 
+
+_GFPGAN_LICENCE = "GFPGAN: Apache-2.0, with StyleGAN2 parts under NVIDIA's licence"
+_GPEN_LICENCE = "GPEN (yangxy/GPEN): see upstream terms"
+# Enhancers that differ only in size and template: name, input side, template, licence.
+_MORE_ENHANCERS: tuple[tuple[str, int, TemplateName, str], ...] = (
+    ("gfpgan_1.2", 512, "ffhq_512", _GFPGAN_LICENCE),
+    ("gfpgan_1.3", 512, "ffhq_512", _GFPGAN_LICENCE),
+    ("gpen_bfr_256", 256, "arcface_128", _GPEN_LICENCE),
+    ("gpen_bfr_1024", 1024, "ffhq_512", _GPEN_LICENCE),
+    ("gpen_bfr_2048", 2048, "ffhq_512", _GPEN_LICENCE),
+    (
+        "restoreformer_plus_plus",
+        512,
+        "ffhq_512",
+        "RestoreFormer++ (wzhouxiff/RestoreFormerPlusPlus): Apache-2.0",
+    ),
+)
 
 _SPECS = (
     ModelSpec(
@@ -284,6 +312,315 @@ _SPECS = (
         output_names=("output",),
         licence="CodeFormer: S-Lab License 1.0, non-commercial",
         unverified=frozenset({"sha256", "output_names"}),
+    ),
+    # 68-point landmarks, occlusion and region masks (FaceFusion's face_landmarker and face_masker). FaceFusion
+    # feeds each of them ``{"input": ...}`` and reads its outputs by position, so the output names are unverified.
+    ModelSpec(
+        # A 256² crop around the detector's box (scale 195 / longest side), BGR in [0, 1]; outputs the 68 points
+        # [N, 68, 3] in 64² heatmap units and the heatmaps [N, 68, 64, 64] whose peaks make the landmark score.
+        name="2dfan4",
+        file_name="2dfan4.onnx",
+        base="models-3.0.0",
+        kind="landmarker",
+        sha256=None,
+        size_bytes=None,
+        input_size=256,
+        template=None,
+        normalisation=UNIT,
+        colour_order="bgr",
+        input_names=("input",),
+        output_names=("landmarks", "heatmaps"),
+        licence="face-alignment (1adrianb/face-alignment): BSD-3-Clause",
+        unverified=frozenset({"output_names", "licence"}),
+    ),
+    ModelSpec(
+        # Lifts the 5 detector points (in ffhq_512 unit coordinates) to 68: [N, 5, 2] -> [N, 68, 2].
+        name="fan_68_5",
+        file_name="fan_68_5.onnx",
+        base="models-3.0.0",
+        kind="landmarker",
+        sha256=None,
+        size_bytes=None,
+        input_size=None,
+        template=None,
+        normalisation=None,
+        colour_order=None,
+        input_names=("input",),
+        output_names=("output",),
+        licence="FaceFusion release; terms not recorded here",
+        unverified=frozenset({"output_names", "licence"}),
+    ),
+    *(
+        ModelSpec(
+            # DeepFaceLab's XSeg occluder: NHWC [N, 256, 256, 3] BGR in [0, 1] -> [N, 256, 256, 1] in [0, 1].
+            name=name,
+            file_name=f"{name}.onnx",
+            base=base,
+            kind="occluder",
+            sha256=None,
+            size_bytes=None,
+            input_size=256,
+            template=None,
+            normalisation=UNIT,
+            colour_order="bgr",
+            input_names=("input",),
+            output_names=("output",),
+            licence="DeepFaceLab XSeg: GPL-3.0",
+            unverified=frozenset({"output_names", "licence"}),
+        )
+        for name, base in (("xseg_1", "models-3.1.0"), ("xseg_2", "models-3.1.0"), ("xseg_3", "models-3.2.0"))
+    ),
+    *(
+        ModelSpec(
+            # BiSeNet face parser (CelebAMask-HQ's 19 classes): [N, 3, 512, 512] RGB, ImageNet mean/std ->
+            # [N, 19, 512, 512] class scores.
+            name=name,
+            file_name=f"{name}.onnx",
+            base="models-3.1.0",
+            kind="face_parser",
+            sha256=None,
+            size_bytes=None,
+            input_size=512,
+            template=None,
+            normalisation=IMAGENET,
+            colour_order="rgb",
+            input_names=("input",),
+            output_names=("output",),
+            licence="face-parsing.PyTorch (zllrunning): MIT",
+            unverified=frozenset({"output_names", "licence"}),
+        )
+        for name in ("bisenet_resnet_18", "bisenet_resnet_34")
+    ),
+    # The rest of FaceFusion's swappers. Every one is fed ``{"source": ..., "target": ...}``; sizes, templates and
+    # normalisation as FaceFusion's face_swapper model set gives them; files not measured here.
+    *(
+        ModelSpec(
+            name=name,
+            file_name=f"{name}.onnx",
+            base="models-3.0.0",
+            kind="swapper",
+            sha256=None,
+            size_bytes=None,
+            input_size=256,
+            template="arcface_112_v1",
+            normalisation=SYMMETRIC,
+            colour_order="rgb",
+            input_names=("target", "source"),
+            output_names=("output",),
+            licence="GHOST (sberbank-ai/sber-swap): Apache-2.0",
+            unverified=frozenset({"output_names", "licence"}),
+        )
+        for name in ("ghost_1_256", "ghost_2_256", "ghost_3_256")
+    ),
+    *(
+        ModelSpec(
+            # Embedding converters: raw ArcFace w600k_r50 [N, 512] -> the swapper's own identity space.
+            name=name,
+            file_name=f"{name}.onnx",
+            base="models-3.4.0",
+            kind="embedding_converter",
+            sha256=None,
+            size_bytes=None,
+            input_size=None,
+            template=None,
+            normalisation=None,
+            colour_order=None,
+            input_names=("input",),
+            output_names=("output",),
+            licence="FaceFusion labs release; terms not recorded here",
+            unverified=frozenset({"licence"}),
+        )
+        for name in ("crossface_ghost", "crossface_hififace")
+    ),
+    ModelSpec(
+        # The source is an image: the source face aligned to arcface_112_v2 at 112, RGB in [0, 1].
+        name="blendswap_256",
+        file_name="blendswap_256.onnx",
+        base="models-3.0.0",
+        kind="swapper",
+        sha256=None,
+        size_bytes=None,
+        input_size=256,
+        template="ffhq_512",
+        normalisation=UNIT,
+        colour_order="rgb",
+        input_names=("target", "source"),
+        output_names=("output",),
+        licence="BlendFace (mapooon/BlendFace): research use; terms not recorded here",
+        unverified=frozenset({"output_names", "licence"}),
+    ),
+    ModelSpec(
+        # The source is an image: the source face aligned to ffhq_512 at 256, RGB in [0, 1].
+        name="uniface_256",
+        file_name="uniface_256.onnx",
+        base="models-3.0.0",
+        kind="swapper",
+        sha256=None,
+        size_bytes=None,
+        input_size=256,
+        template="ffhq_512",
+        normalisation=SYMMETRIC,
+        colour_order="rgb",
+        input_names=("target", "source"),
+        output_names=("output",),
+        licence="UniFace (xc-csc101/UniFace): terms not recorded here",
+        unverified=frozenset({"output_names", "licence"}),
+    ),
+    ModelSpec(
+        name="hififace_unofficial_256",
+        file_name="hififace_unofficial_256.onnx",
+        base="models-3.1.0",
+        kind="swapper",
+        sha256=None,
+        size_bytes=None,
+        input_size=256,
+        template="mtcnn_512",
+        normalisation=SYMMETRIC,
+        colour_order="rgb",
+        input_names=("target", "source"),
+        output_names=("output",),
+        licence="unofficial HifiFace re-implementation: terms not recorded here",
+        unverified=frozenset({"output_names", "licence"}),
+    ),
+    ModelSpec(
+        name="hyperswap_1b_256",
+        file_name="hyperswap_1b_256.onnx",
+        base="models-3.3.0",
+        kind="swapper",
+        sha256=None,  # third-party lists give only a shortened hash (5124031789c4…a73e)
+        size_bytes=402_742_682,
+        input_size=256,
+        template="arcface_128",
+        normalisation=SYMMETRIC,
+        colour_order="rgb",
+        input_names=("source", "target"),
+        output_names=("output", "mask"),
+        licence="FaceFusion labs release; terms not recorded here",
+        unverified=frozenset({"licence", "size_bytes"}),
+    ),
+    ModelSpec(
+        name="hyperswap_1c_256",
+        file_name="hyperswap_1c_256.onnx",
+        base="models-3.3.0",
+        kind="swapper",
+        sha256=None,  # third-party lists give only a shortened hash (5528c2d76fe9…06a5)
+        size_bytes=402_742_682,
+        input_size=256,
+        template="arcface_128",
+        normalisation=SYMMETRIC,
+        colour_order="rgb",
+        input_names=("source", "target"),
+        output_names=("output", "mask"),
+        licence="FaceFusion labs release; terms not recorded here",
+        unverified=frozenset({"licence", "size_bytes"}),
+    ),
+    ModelSpec(
+        # SimSwap's deep generator at 512 (59.8 M parameters, 239.1 MB by the layer count).
+        name="simswap_unofficial_512",
+        file_name="simswap_unofficial_512.onnx",
+        base="models-3.0.0",
+        kind="swapper",
+        sha256=None,
+        size_bytes=None,
+        input_size=512,
+        template="arcface_112_v1",
+        normalisation=UNIT,
+        colour_order="rgb",
+        input_names=("target", "source"),
+        output_names=("output",),
+        licence="SimSwap: non-commercial (CC BY-NC 4.0); identity from insightface ArcFace",
+        unverified=frozenset({"output_names", "licence"}),
+    ),
+    # More face enhancers: FaceFusion feeds each ``{"input": ...}`` RGB in [-1, 1] and clips the output to it.
+    *(
+        ModelSpec(
+            name=name,
+            file_name=f"{name}.onnx",
+            base="models-3.0.0",
+            kind="enhancer",
+            sha256=None,
+            size_bytes=None,
+            input_size=size,
+            template=template,
+            normalisation=SYMMETRIC,
+            colour_order="rgb",
+            input_names=("input",),
+            output_names=("output",),
+            licence=licence,
+            unverified=frozenset({"output_names", "licence"}),
+        )
+        for name, size, template, licence in _MORE_ENHANCERS
+    ),
+    ModelSpec(
+        # FairFace: the face aligned to arcface_112_v2 at 224, RGB with ImageNet mean/std -> three int64 [N]
+        # class ids (race, gender 0 male / 1 female, age bracket 0-8), read by position.
+        name="fairface",
+        file_name="fairface.onnx",
+        base="models-3.0.0",
+        kind="classifier",
+        sha256=None,
+        size_bytes=None,
+        input_size=224,
+        template="arcface_112_v2",
+        normalisation=IMAGENET,
+        colour_order="rgb",
+        input_names=("input",),
+        output_names=("race_id", "gender_id", "age_id"),
+        licence="FairFace (joojs/fairface): CC BY 4.0",
+        unverified=frozenset({"output_names", "licence"}),
+    ),
+    # The content policy's three NSFW analysers (FaceFusion's content_analyser). Each sees the whole frame
+    # resized to its input; how each output becomes a score is in workers/content.py, unverified like these.
+    ModelSpec(
+        # A YOLO detector: [N, 4 + classes, anchors]; a frame's score is its best class score.
+        name="nsfw_1",
+        file_name="nsfw_1.onnx",
+        base="models-3.3.0",
+        kind="content_analyser",
+        sha256=None,
+        size_bytes=None,
+        input_size=640,
+        template=None,
+        normalisation=UNIT,
+        colour_order="rgb",
+        input_names=("input",),
+        output_names=("output",),
+        licence="EraX NSFW detector: terms not recorded here",
+        unverified=frozenset({"output_names", "normalisation", "licence"}),
+    ),
+    ModelSpec(
+        # A classifier: [N, 2] probabilities (safe, nsfw).
+        name="nsfw_2",
+        file_name="nsfw_2.onnx",
+        base="models-3.3.0",
+        kind="content_analyser",
+        sha256=None,
+        size_bytes=None,
+        input_size=384,
+        template=None,
+        normalisation=SYMMETRIC,
+        colour_order="rgb",
+        input_names=("input",),
+        output_names=("output",),
+        licence="Marqo NSFW image detection: terms not recorded here",
+        unverified=frozenset({"output_names", "normalisation", "licence"}),
+    ),
+    ModelSpec(
+        # A CLIP-based classifier: [N, 2] logits; the score is nsfw minus safe.
+        name="nsfw_3",
+        file_name="nsfw_3.onnx",
+        base="models-3.3.0",
+        kind="content_analyser",
+        sha256=None,
+        size_bytes=None,
+        input_size=448,
+        template=None,
+        normalisation=Normalisation(mean=(122.77, 116.75, 104.09), std=(68.50, 66.63, 70.32)),
+        colour_order="rgb",
+        input_names=("input",),
+        output_names=("output",),
+        licence="NSFW classifier on CLIP: terms not recorded here",
+        unverified=frozenset({"output_names", "normalisation", "licence"}),
     ),
 )
 
