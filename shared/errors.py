@@ -4,7 +4,9 @@
     ├── InputError (422)              the submitted input cannot be processed; never retried
     │   ├── NotAVideoError            media_not_video: no decodable video stream
     │   ├── UnreadableMediaError      media_unreadable: ffprobe cannot read the file
-    │   ├── InvalidOptionsError       options_invalid: options JSON fails validation
+    │   ├── InvalidOptionsError       options_invalid: options JSON fails validation; trim_out_of_range: a
+    │   │                             trim range outside the video's frames; trim_unsupported: a range
+    │   │                             starting past frame 0 of a video whose frames carry no times
     │   ├── SourceImageError          source_invalid: a source is not a readable image
     │   ├── NoFaceInSourceError       source_no_face: no face found in a source image
     │   ├── RequestInvalidError       request_invalid: the request itself is malformed (form, query, header)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 ProcessorName = Literal["passthrough", "face_swapper", "face_enhancer", "face_blur", "face_debugger"]
 Detector = Literal["yunet", "scrfd", "retinaface", "yolo_face"]
@@ -49,6 +49,7 @@ class EncoderOptions(BaseModel):
 # Every number a job can set is bounded: a hostile value must not cost the farm more than a sensible one.
 Percent = Annotated[int, Field(ge=0, le=100)]
 MAX_PROCESSORS = len(get_args(ProcessorName))  # each at most once
+MAX_FRAME_NUMBER = 100_000_000  # far past any video's frames: the probe's count is the real bound
 
 
 class FaceOptions(BaseModel):
@@ -94,6 +95,21 @@ class JobOptions(BaseModel):
         None, ge=1, le=100_000, description="Frames per chunk; default: about ten seconds of video"
     )
     family: AcceleratorFamily | Literal["any"] = "any"
+    trim_start_frame: int | None = Field(
+        None, ge=0, le=MAX_FRAME_NUMBER, description="First frame rendered (from 0, included); default: the first"
+    )
+    trim_end_frame: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_FRAME_NUMBER,
+        description="Frame the render stops before (excluded: frames 50-149 are start 50, end 150); default: the end",
+    )
+    output_height: int | None = Field(
+        None, ge=16, le=4320, multiple_of=2, description="Output height in pixels, the width keeping the aspect"
+    )
+    output_fps: float | None = Field(
+        None, ge=1, le=240, description="Output frame rate (frames resampled, same duration); default: the input's"
+    )
     encoder: EncoderOptions = Field(default_factory=EncoderOptions)
     face: FaceOptions = Field(default_factory=FaceOptions)
 
@@ -104,6 +120,14 @@ class JobOptions(BaseModel):
         if repeated:
             raise ValueError(f"each processor at most once; repeated: {', '.join(repeated)}")
         return processors
+
+    @field_validator("trim_end_frame")
+    @classmethod
+    def _trim_in_order(cls, end: int | None, info: ValidationInfo) -> int | None:
+        start = info.data.get("trim_start_frame")
+        if start is not None and end is not None and start >= end:
+            raise ValueError(f"must be above trim_start_frame ({start}): the end is excluded, so {start + 1} or more")
+        return end
 
     @model_validator(mode="after")
     def _apply_preset(self) -> JobOptions:

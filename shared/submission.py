@@ -31,6 +31,7 @@ from shared.db import session_scope
 from shared.dispatch import Dispatcher, send_all
 from shared.errors import IdempotencyConflictError, InvalidOptionsError, MediaLimitError
 from shared.events import EventKind, record
+from shared.framing import check_output_size, frame_range
 from shared.media import MediaInfo, probe, probe_image
 from shared.models import Job, new_id
 from shared.options import JobOptions
@@ -135,9 +136,10 @@ def submit(
     Raises:
         MediaFormatError: the target is not in a container the farm reads (a playlist, a manifest, a script).
         NotAVideoError, UnreadableMediaError: the target is not a readable video.
-        MediaLimitError: the target is over one of ``limits``.
+        MediaLimitError: the target, or the output size the options ask for, is over one of ``limits``.
         SourceImageError: a source is not an image, or is over the pixel limit.
-        InvalidOptionsError: the options need a source image and none was given.
+        InvalidOptionsError: the options need a source image and none was given; ``trim_out_of_range``: the
+            trim range lies outside the frames the target's header declares.
         IdempotencyConflictError: the tenant used the idempotency key for a different request.
         TooManyRequestsError: the tenant is at a quota (``owner.quotas``).
     """
@@ -153,6 +155,9 @@ def submit(
     media = probe(target.path)
     if limits is not None:
         limits.check(media)
+        check_output_size(media.width, media.height, options, limits.max_frame_pixels)
+    if media.frame_count:  # the header's count; without one, the planner checks the range against the frames
+        frame_range(options, media.frame_count)
     if options.needs_source and not sources:
         raise InvalidOptionsError(f"processors {options.processors} need at least one source image")
     max_pixels = limits.max_source_pixels if limits is not None else None

@@ -21,10 +21,10 @@ from sqlalchemy.exc import OperationalError
 from shared import admission, fairness, jobs
 from shared.db import session_scope
 from shared.errors import FfmpegError, LeaseLostError, ProcessorError, SwapfarmError
+from shared.framing import output_size
 from shared.log_context import job_context
 from shared.media import MediaInfo, frame_times
 from shared.options import JobOptions
-from shared.processes import StderrTail, child_env
 from shared.tasks import RENDER_CHUNK, STITCH, STITCH_QUEUE, ChunkPayload, JobPayload, render_queue
 from workers import ffmpeg, notices
 from workers.engines.base import Degradation
@@ -193,18 +193,20 @@ def _process(
     """Decode the chunk's frames through a pipe, run the processors' stages overlapped (:mod:`workers.pipeline`),
     encode through a pipe."""
     frames = claim.frame_end - claim.frame_start
+    width, height = output_size(media.width, media.height, options.output_height)
     reader = FrameReader(
         target,
         seek_seconds=claim.seek_seconds,
         frames=frames,
-        width=media.width,
-        height=media.height,
+        width=width,
+        height=height,
         batch_size=rt.settings.batch_size,
         demuxer=media.demuxer,
         stall_seconds=rt.settings.chunk_stall_seconds,
+        scale=(width, height) != (media.width, media.height),
     )
     writer = FrameWriter(
-        encoded, width=media.width, height=media.height, fps=media.fps, options=options.encoder,
+        encoded, width=width, height=height, fps=media.fps, options=options.encoder,
         stall_seconds=rt.settings.chunk_stall_seconds,
     )  # fmt: skip
 
@@ -240,15 +242,13 @@ def _transcode(
     """Decode and encode the chunk in one ffmpeg process, following its progress; stop it if the lease is lost,
     or when no frame comes out for ``stall_seconds`` (``chunk_stalled``). Its stderr is drained as it comes."""
     frames = claim.frame_end - claim.frame_start
+    width, height = output_size(media.width, media.height, options.output_height)
     args = ffmpeg.transcode_args(
-        target, claim.seek_seconds, frames, encoded, media.width, media.height, media.fps, options.encoder,
-        demuxer=media.demuxer,
+        target, claim.seek_seconds, frames, encoded, width, height, media.fps, options.encoder,
+        demuxer=media.demuxer, scale=(width, height) != (media.width, media.height),
     )  # fmt: skip
-    with subprocess.Popen(
-        args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=child_env()
-    ) as proc:
-        assert proc.stderr is not None
-        stderr = StderrTail(proc.stderr, name="transcode-stderr")
+    proc, stderr = ffmpeg.start(args, name="transcode-stderr", stdout=True)
+    with proc:
         follower = threading.Thread(target=_follow, args=(proc, progress), name="transcode-progress", daemon=True)
         follower.start()
         seen, moved_at = progress[0], time.monotonic()

@@ -55,6 +55,8 @@ def _field_of(error: SwapfarmError) -> str:
             return name
     if error.code == "options_invalid" and "source image" in error.message:
         return "source"
+    if error.code == "trim_out_of_range":
+        return "trim_end_frame" if error.message.startswith("trim_end_frame") else "trim_start_frame"
     return _CODE_FIELDS.get(error.code, "")
 
 
