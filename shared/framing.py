@@ -36,6 +36,27 @@ class FrameRange:
         return self.end - self.start
 
 
+def check_trim(options: JobOptions, total: int | None) -> None:
+    """Check a job's range before anything is stored: its end above its start, and, where the frame count
+    ``total`` is known, both within the video.
+
+    The order of the two ends is checked here rather than by :class:`JobOptions`: JSON Schema cannot state a
+    bound between two fields, and every options object the published schema allows must validate.
+
+    Raises:
+        InvalidOptionsError: ``options_invalid``: the end is not above the start; ``trim_out_of_range``: see
+            :func:`frame_range`.
+    """
+    start, end = options.trim_start_frame, options.trim_end_frame
+    if start is not None and end is not None and start >= end:
+        raise InvalidOptionsError(
+            f"trim_end_frame ({end}) must be above trim_start_frame ({start}): the end is excluded, so "
+            f"{start + 1} or more"
+        )
+    if total is not None:
+        frame_range(options, total)
+
+
 def frame_range(options: JobOptions, total: int) -> FrameRange:
     """The frames of a ``total``-frame target that the job renders.
 
@@ -43,7 +64,8 @@ def frame_range(options: JobOptions, total: int) -> FrameRange:
     FrameRange(start=50, end=150)
 
     Raises:
-        InvalidOptionsError: ``trim_out_of_range``: the range starts or ends past the video's last frame.
+        InvalidOptionsError: ``trim_out_of_range``: the range starts or ends past the video's last frame;
+            ``options_invalid``: it ends where it starts or before.
     """
     start = options.trim_start_frame or 0
     end = total if options.trim_end_frame is None else options.trim_end_frame
@@ -57,6 +79,8 @@ def frame_range(options: JobOptions, total: int) -> FrameRange:
             f"trim_end_frame is {end}, but the video has {total} frames: the end (excluded) is at most {total}",
             code="trim_out_of_range",
         )
+    if end <= start:
+        raise InvalidOptionsError(f"trim_end_frame ({end}) must be above trim_start_frame ({start})")
     return FrameRange(start, end)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 ProcessorName = Literal["passthrough", "face_swapper", "face_enhancer", "face_blur", "face_debugger"]
 Detector = Literal["yunet", "scrfd", "retinaface", "yolo_face"]
@@ -88,7 +88,10 @@ class JobOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     processors: list[ProcessorName] = Field(
-        default_factory=lambda: _DEFAULT_PROCESSORS.copy(), min_length=1, max_length=MAX_PROCESSORS
+        default_factory=lambda: _DEFAULT_PROCESSORS.copy(),
+        min_length=1,
+        max_length=MAX_PROCESSORS,
+        json_schema_extra={"uniqueItems": True},  # the schema says what _once_each checks
     )
     preset: QualityPreset = "fast"
     chunk_frames: int | None = Field(
@@ -120,14 +123,6 @@ class JobOptions(BaseModel):
         if repeated:
             raise ValueError(f"each processor at most once; repeated: {', '.join(repeated)}")
         return processors
-
-    @field_validator("trim_end_frame")
-    @classmethod
-    def _trim_in_order(cls, end: int | None, info: ValidationInfo) -> int | None:
-        start = info.data.get("trim_start_frame")
-        if start is not None and end is not None and start >= end:
-            raise ValueError(f"must be above trim_start_frame ({start}): the end is excluded, so {start + 1} or more")
-        return end
 
     @model_validator(mode="after")
     def _apply_preset(self) -> JobOptions:

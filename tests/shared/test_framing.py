@@ -11,6 +11,7 @@ from shared.errors import InvalidOptionsError, MediaLimitError
 from shared.framing import (
     FrameRange,
     check_output_size,
+    check_trim,
     frame_range,
     output_rate,
     output_size,
@@ -44,8 +45,19 @@ def test_a_range_past_the_last_frame_is_refused_naming_the_option(options: dict[
 
 @pytest.mark.parametrize(("start", "end"), [(50, 50), (150, 50)])
 def test_a_range_that_ends_where_it_starts_or_before_is_invalid_options(start: int, end: int) -> None:
-    with pytest.raises(ValidationError, match="trim_end_frame"):
-        JobOptions(trim_start_frame=start, trim_end_frame=end)
+    options = JobOptions(trim_start_frame=start, trim_end_frame=end)  # the schema cannot say it: the check can
+    for total in (216, None):
+        with pytest.raises(InvalidOptionsError) as refused:
+            check_trim(options, total)
+        assert refused.value.code == "options_invalid" and refused.value.message.startswith("trim_end_frame")
+    with pytest.raises(InvalidOptionsError):
+        frame_range(options, 216)
+
+
+def test_a_range_is_checked_against_the_frames_only_where_their_count_is_known() -> None:
+    check_trim(JobOptions(trim_start_frame=500), None)
+    with pytest.raises(InvalidOptionsError, match="216 frames"):
+        check_trim(JobOptions(trim_start_frame=500), 216)
 
 
 @pytest.mark.parametrize(
