@@ -69,7 +69,7 @@ def _plan(
         SwapfarmError: the file is unreadable, not whitelisted, or holds more than a limit.
     """
     settings = rt.settings
-    with rt.storage.local_copy(target_url, rt.scratch / job_id) as target:
+    with rt.targets.local(rt.storage, target_url, rt.scratch) as target:
         media = probe(target, submitted.demuxer if submitted is not None else None)
         scan = scan_frames(
             target,

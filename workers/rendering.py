@@ -145,7 +145,7 @@ def _render(
     scratch = rt.scratch / claim.job_id
     scratch.mkdir(parents=True, exist_ok=True)
     with (
-        rt.storage.local_copy(target_url, scratch) as target,
+        rt.targets.local(rt.storage, target_url, rt.scratch) as target,
         _local_sources(rt, source_urls, scratch) as sources,
         tempfile.TemporaryDirectory(dir=scratch) as tmp,
         Heartbeat(lambda: _beat(rt, claim, progress[0]), rt.settings.heartbeat_seconds, claim.chunk_id) as beat,

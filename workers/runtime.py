@@ -9,6 +9,7 @@ from shared.dispatch import Dispatcher
 from shared.settings import Settings
 from shared.storage import Storage
 from workers.metrics import WorkerMetrics
+from workers.targets import TargetCache
 
 
 @dataclass(frozen=True)
@@ -19,6 +20,7 @@ class Runtime:
     hostname: str
     family: str
     metrics: WorkerMetrics = field(default_factory=WorkerMetrics)
+    targets: TargetCache = field(default_factory=TargetCache)  # jobs' targets, fetched once per process
 
     @property
     def db(self) -> str:

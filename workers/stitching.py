@@ -56,7 +56,7 @@ def stitch(job_id: str, rt: Runtime) -> None:
             list_file = tmp / "chunks.txt"
             list_file.write_text(ffmpeg.concat_list(parts))
             stitched = tmp / "output.mp4"
-            with rt.storage.local_copy(target_url, scratch) as target:
+            with rt.targets.local(rt.storage, target_url, rt.scratch) as target:
                 with notices.collecting() as found:
                     every = frame_times(target, demuxer=media.demuxer)
                     result = _stitch(list_file, target, every, media, options, stitched)
