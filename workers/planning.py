@@ -21,7 +21,7 @@ from shared.jobs import ChunkPlan
 from shared.media import FrameScan, MediaInfo, probe, scan_frames
 from shared.options import JobOptions
 from shared.tasks import RENDER_CHUNK, ChunkPayload, render_queue
-from workers import notices
+from workers import frame_index, notices
 from workers.chunking import bounded_chunk_frames, chunk_seconds_for, default_chunk_frames, plan_chunks
 from workers.leases import job_heartbeat
 from workers.runtime import Runtime
@@ -84,6 +84,7 @@ def _plan(
     _report_timing(scan)
     trimmed = frame_range(options, len(times))
     frames = range(trimmed.start, trimmed.end)
+    frame_index.store(rt.storage, job_id, times, rt.scratch)  # the stitch reads the same count
     exact = bool(options.chunk_frames)  # asked for: exact sizes; else about chunk_seconds each, cut at keyframes
     # asked for, or a length that suits the job's processors (pixel-free chains get long chunks)
     wanted = options.chunk_frames or default_chunk_frames(

@@ -22,7 +22,7 @@ from shared.framing import FrameRange, frame_range, output_rate, output_size, re
 from shared.media import MediaInfo, frame_times
 from shared.options import JobOptions
 from shared.states import JobStatus
-from workers import ffmpeg, mp4_timing, notices, stills
+from workers import ffmpeg, frame_index, mp4_timing, notices, stills
 from workers.leases import job_heartbeat
 from workers.runtime import Runtime
 
@@ -58,7 +58,7 @@ def stitch(job_id: str, rt: Runtime) -> None:
             stitched = tmp / "output.mp4"
             with rt.targets.local(rt.storage, target_url, rt.scratch) as target:
                 with notices.collecting() as found:
-                    every = frame_times(target, demuxer=media.demuxer)
+                    every = frame_index.load(rt.storage, job_id, target, media.demuxer)
                     result = _stitch(list_file, target, every, media, options, stitched)
                 notices.record(rt.db, job_id, found)
                 output_times = frame_times(stitched)
@@ -116,7 +116,7 @@ def _stitch(
     list_file: Path, target: Path, every: list[float], media: MediaInfo, options: JobOptions, output: Path
 ) -> _Stitched:
     """Concatenate the chunks into ``output`` with the audio of ``target`` (the part a trimmed job keeps), whose
-    frames are at times ``every``.
+    frames are at times ``every`` (the planner's index, :mod:`workers.frame_index`).
 
     Chunks are encoded at the constant average rate. When the input's frames are not on that grid (a variable
     frame rate), the concatenated video is written first, its frames given the input's times, then remuxed. If

@@ -17,11 +17,13 @@ import numpy.typing as npt
 import pytest
 from fastapi.testclient import TestClient
 
-from shared.media import probe
+from shared.media import frame_times, probe
 from shared.settings import Settings
+from shared.storage import Storage
 from tests.integration.conftest import download, submit, wait_finished, with_face_models
 from tests.support.farm import Farm, settings_env
 from tests.support.media import Frames, assert_frames_match, make_clip, psnr, read_frames
+from workers import frame_index
 
 pytestmark = pytest.mark.integration
 
@@ -113,6 +115,9 @@ def test_a_trimmed_job_renders_frames_50_to_149_with_their_audio_through_the_far
     assert body["progress"]["frames_total"] == 100
     assert body["chunks"]["total"] > 1, "several chunks stitched"
     _assert_trimmed(download(api, job_id, tmp_path / "out.mp4"), d18, d18_frames)
+    storage = Storage.from_settings(settings)
+    with storage.open_read(storage.job_url(job_id, frame_index.NAME)) as stored:
+        assert frame_index.decode(stored.read()) == frame_times(d18), "the index the plan stored for the stitch"
 
 
 def test_a_trimmed_job_through_swapfarm_run_gives_the_same_frames_and_audio(
