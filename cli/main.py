@@ -49,6 +49,12 @@ def run(
         typer.Option(callback=lambda v: [_processor(x) for x in v or []], help="Processor, in order; repeatable"),
     ] = None,
     chunk_frames: Annotated[int | None, typer.Option(min=1, help="Frames per chunk")] = None,
+    trim_start_frame: Annotated[int | None, typer.Option(min=0, help="First frame rendered (from 0, included)")] = None,
+    trim_end_frame: Annotated[
+        int | None, typer.Option(min=1, help="Frame the render stops before (excluded): 50..149 is 50 and 150")
+    ] = None,
+    output_height: Annotated[int | None, typer.Option(help="Output height in pixels, keeping the aspect")] = None,
+    output_fps: Annotated[float | None, typer.Option(help="Output frame rate (same duration)")] = None,
     workers: Annotated[int, typer.Option(min=1, help="Chunks rendered in parallel")] = 2,
     options: Annotated[str, typer.Option(help="More JobOptions as JSON")] = "{}",
     state_dir: Annotated[Path | None, typer.Option(help="Keep the SQLite file and chunks here")] = None,
@@ -68,6 +74,13 @@ def run(
             data["processors"] = processor
         if chunk_frames:
             data["chunk_frames"] = chunk_frames
+        framing = {
+            "trim_start_frame": trim_start_frame,
+            "trim_end_frame": trim_end_frame,
+            "output_height": output_height,
+            "output_fps": output_fps,
+        }
+        data.update({key: value for key, value in framing.items() if value is not None})
         job_options = JobOptions.model_validate(data)
     except ValueError as exc:
         err.print(f"[red]options_invalid[/]: {exc}")

@@ -9,6 +9,8 @@
     │   │   ├── MediaRateError        media_rate_invalid: a frame rate that is no rate
     │   │   └── NoFramesError         media_no_frames: the video holds no frame
     │   ├── InvalidOptionsError       options_invalid: options JSON fails validation
+    │   │   ├── TrimOutOfRangeError   trim_out_of_range: a trim range outside the video's frames
+    │   │   └── TrimUnsupportedError  trim_unsupported: a range past frame 0 of a video whose frames carry no times
     │   ├── SourceImageError          source_invalid: a source is not a readable image
     │   ├── NoFaceInSourceError       source_no_face: no face found in a source image
     │   ├── RequestInvalidError       request_invalid: the request itself is malformed (form, query, header)
@@ -131,6 +133,14 @@ class NoFramesError(UnreadableMediaError):
 
 class InvalidOptionsError(InputError):
     code = "options_invalid"
+
+
+class TrimOutOfRangeError(InvalidOptionsError):
+    code = "trim_out_of_range"
+
+
+class TrimUnsupportedError(InvalidOptionsError):
+    code = "trim_unsupported"
 
 
 class SourceImageError(InputError):

@@ -101,6 +101,7 @@ class EncoderOptions(BaseModel):
 # Every number a job can set is bounded: a hostile value must not cost the farm more than a sensible one.
 Percent = Annotated[int, Field(ge=0, le=100)]
 MAX_PROCESSORS = len(get_args(ProcessorName))  # each at most once
+MAX_FRAME_NUMBER = 100_000_000  # far past any video's frames: the probe's count is the real bound
 
 
 class FaceOptions(BaseModel):
@@ -222,13 +223,31 @@ class JobOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     processors: list[ProcessorName] = Field(
-        default_factory=lambda: _DEFAULT_PROCESSORS.copy(), min_length=1, max_length=MAX_PROCESSORS
+        default_factory=lambda: _DEFAULT_PROCESSORS.copy(),
+        min_length=1,
+        max_length=MAX_PROCESSORS,
+        json_schema_extra={"uniqueItems": True},  # the schema says what _once_each checks
     )
     preset: QualityPreset = "fast"
     chunk_frames: int | None = Field(
         None, ge=1, le=100_000, description="Frames per chunk; default: about ten seconds of video"
     )
     family: AcceleratorFamily | Literal["any"] = "any"
+    trim_start_frame: int | None = Field(
+        None, ge=0, le=MAX_FRAME_NUMBER, description="First frame rendered (from 0, included); default: the first"
+    )
+    trim_end_frame: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_FRAME_NUMBER,
+        description="Frame the render stops before (excluded: frames 50-149 are start 50, end 150); default: the end",
+    )
+    output_height: int | None = Field(
+        None, ge=16, le=4320, multiple_of=2, description="Output height in pixels, the width keeping the aspect"
+    )
+    output_fps: float | None = Field(
+        None, ge=1, le=240, description="Output frame rate (frames resampled, same duration); default: the input's"
+    )
     encoder: EncoderOptions = Field(default_factory=EncoderOptions)
     face: FaceOptions = Field(default_factory=FaceOptions)
 

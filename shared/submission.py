@@ -31,6 +31,7 @@ from shared.db import session_scope
 from shared.dispatch import Dispatcher, send_all
 from shared.errors import IdempotencyConflictError, InvalidOptionsError, MediaLimitError
 from shared.events import EventKind, record
+from shared.framing import check_output_size, check_trim
 from shared.lifecycle import admit
 from shared.media import MediaInfo, probe, probe_image
 from shared.models import Job, new_id
@@ -136,9 +137,10 @@ def submit(
     Raises:
         MediaFormatError: the target is not in a container the farm reads (a playlist, a manifest, a script).
         NotAVideoError, UnreadableMediaError: the target is not a readable video.
-        MediaLimitError: the target is over one of ``limits``.
+        MediaLimitError: the target, or the output size the options ask for, is over one of ``limits``.
         SourceImageError: a source is not an image, or is over the pixel limit.
-        InvalidOptionsError: the options need a source image and none was given.
+        InvalidOptionsError: the options need a source image and none was given, or the trim range ends
+            where it starts or before; ``trim_out_of_range``: it lies outside the frames the header declares.
         IdempotencyConflictError: the tenant used the idempotency key for a different request.
         TooManyRequestsError: the tenant is at a quota (``owner.quotas``).
     """
@@ -154,6 +156,8 @@ def submit(
     media = probe(target.path)
     if limits is not None:
         limits.check(media)
+        check_output_size(media.width, media.height, options, limits.max_frame_pixels)
+    check_trim(options, media.frame_count or None)  # no count in the header: the planner checks the range
     if options.needs_source and not sources:
         raise InvalidOptionsError(f"processors {options.processors} need at least one source image")
     max_pixels = limits.max_source_pixels if limits is not None else None

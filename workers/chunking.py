@@ -38,9 +38,14 @@ def chunk_seconds_for(processors: Sequence[str], settings: Settings) -> float:
 
 
 def plan_chunks(
-    times: Sequence[float], chunk_frames: int, start_time: float = 0.0, keyframes: Sequence[int] = ()
+    times: Sequence[float],
+    chunk_frames: int,
+    start_time: float = 0.0,
+    keyframes: Sequence[int] = (),
+    frames: range | None = None,
 ) -> list[ChunkPlan]:
-    """Chunks of ``chunk_frames`` frames over frames at presentation ``times`` (seconds, sorted).
+    """Chunks of ``chunk_frames`` frames over frames at presentation ``times`` (seconds, sorted): over all of
+    them, or over the indices in ``frames`` (a trimmed job's range; a step of 1) only.
 
     With ``keyframes`` (display indices), each cut moves to the keyframe nearest to it within half a chunk, so
     a chunk starts where decoding can start and decodes no frame of the chunk before it (measured: per-chunk
@@ -49,20 +54,26 @@ def plan_chunks(
     A last chunk shorter than a quarter of ``chunk_frames`` is merged into the one before it, so a stitch
     never waits on a sliver.
 
-    >>> [(c.frame_start, c.frame_end) for c in plan_chunks([i / 10 for i in range(25)], 10)]
-    [(0, 10), (10, 25)]
+    >>> [(c.frame_start, c.frame_end) for c in plan_chunks([i / 10 for i in range(21)], 10)]
+    [(0, 10), (10, 21)]
+    >>> [(c.frame_start, c.frame_end) for c in plan_chunks([i / 10 for i in range(25)], 10, frames=range(5, 20))]
+    [(5, 15), (15, 20)]
     """
     if chunk_frames < 1:
         raise ValueError("chunk_frames must be at least 1")
-    total = len(times)
+    span = frames if frames is not None else range(len(times))
+    if span.step != 1 or span.start < 0 or span.stop > len(times):
+        raise ValueError(f"frames {span} is not a range of the {len(times)} frames")
+    first, total = span.start, len(span)
     if total == 0:
         return []
     gaps = [b - a for a, b in zip(times, times[1:], strict=False) if b > a]
     margin = min(gaps) / 2 if gaps else 0.0
-    bounds = _cuts(total, chunk_frames, keyframes)
+    inside = [k - first for k in keyframes if first <= k < span.stop]
+    bounds = _cuts(total, chunk_frames, inside)
     if len(bounds) > 1 and total - bounds[-1] < max(1, chunk_frames // 4):
         bounds.pop()
-    bounds.append(total)
+    bounds = [first + b for b in bounds] + [span.stop]
     return [
         ChunkPlan(
             index=i,

@@ -1,5 +1,11 @@
 """ffmpeg command lines, built by pure functions (tested without running ffmpeg), and the one place they run.
 
+The command lines are built as typed-ffmpeg graphs (inputs, filters, outputs) and compiled to argument lists,
+never to a shell string. Every user's file is opened through :func:`_open`, which takes its options from
+``shared.media.input_args`` — local-file protocols only, the container whitelist, the probed demuxer forced — so
+the protections are defined once for ffprobe and ffmpeg alike. Our own intermediate files (chunks, the concat
+list) are opened as they are.
+
 Frames travel as raw video over pipes: decode → processors → encode, never through image files. On the pipes
 they are ``yuv420p`` where the size allows (half the bytes of BGR, and no conversion inside ffmpeg, whose
 converter is single-threaded); the frame I/O converts to and from BGR for the processors.
@@ -9,7 +15,14 @@ from __future__ import annotations
 
 import logging
 import subprocess
+from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
+from typing import Any
+
+import ffmpeg as graph  # typed-ffmpeg: builds the command lines
+from ffmpeg import AudioStream, AVStream, VideoStream
+from ffmpeg.dag.nodes import OutputStream
 
 from shared.errors import FfmpegError
 from shared.media import input_args
@@ -19,7 +32,6 @@ from shared.processes import StderrTail, child_env
 logger = logging.getLogger(__name__)
 
 FFMPEG = "ffmpeg"
-_BASE = [FFMPEG, "-hide_banner", "-nostdin", "-loglevel", "error", "-y"]
 PROVENANCE_TAG = "synthetic_content"
 PROVENANCE_TEXT = "This video contains synthetic, face-swapped content made with swapfarm."
 # Containers that carry these audio codecs by stream copy; anything else is re-encoded to AAC.
@@ -31,9 +43,39 @@ def pipe_format(width: int, height: int) -> str:
     return "yuv420p" if width % 2 == 0 and height % 2 == 0 else "bgr24"
 
 
-def _input(source: Path, demuxer: str | None) -> list[str]:
-    """Open a user's file as a plain local file, with the demuxer its probe found forced (``shared.media``)."""
-    return input_args(source, demuxer)
+def _compile(output: OutputStream, *, progress: bool = False) -> list[str]:
+    """The argument list of ``output``: quiet but for errors, no reading of stdin, overwriting the output;
+    with ``progress``, ``key=value`` progress lines on stdout instead of the stats line."""
+    tracked: dict[str, Any] = {"progress": "pipe:1", "stats": False} if progress else {}
+    quiet = output.global_args(hide_banner=True, stdin=False, loglevel="error", **tracked)
+    return quiet.compile(cmd=FFMPEG, overwrite_output=True)
+
+
+def _open(
+    source: Path, demuxer: str | None, *, seek: float = 0.0, seconds: float | None = None, hwaccel: str | None = None
+) -> AVStream:
+    """Open a user's file as a plain local file, with the demuxer its probe found forced: the options of
+    ``shared.media.input_args``, exactly. ``seek`` (input seeking, from the file's start) and ``seconds`` (how
+    much to read) are left out when unset."""
+    *options, flag, url = input_args(source, demuxer)
+    if flag != "-i" or len(options) % 2:
+        raise ValueError(f"unexpected input options {options}")
+    named = {key.removeprefix("-"): value for key, value in zip(options[::2], options[1::2], strict=True)}
+    forced = named.pop("f", None)
+    if hwaccel:
+        named["hwaccel"] = hwaccel
+    return graph.input(
+        url,
+        f=forced,
+        ss=f"{seek:.6f}" if seek > 0 else None,
+        t=f"{seconds:.6f}" if seconds is not None else None,
+        extra_options=named,
+    )
+
+
+def scale_filter(stream: VideoStream, size: tuple[int, int] | None) -> VideoStream:
+    """``stream`` scaled to ``size`` (width, height; after rotation) with the bicubic scaler, or as it is."""
+    return stream if size is None else stream.scale(w=size[0], h=size[1], flags="bicubic")
 
 
 def decode_args(
@@ -44,34 +86,22 @@ def decode_args(
     *,
     demuxer: str | None = None,
     hwaccel: str | None = None,
+    size: tuple[int, int] | None = None,
 ) -> list[str]:
     """Read ``frames`` frames starting at ``seek_seconds`` as raw BGR on stdout.
 
     ``-ss`` before ``-i`` seeks to the keyframe before the position and decodes from there, dropping the frames
     before it (accurate seek), so a chunk never decodes from the start of the video. Frames are passed through
     as decoded (no duplication or dropping), and rotation metadata is applied so frames are upright. The input is
-    read with ``demuxer`` (the probed one) and local files only. ``hwaccel`` (``cuda``, where the worker's probe
-    decoded with it: :mod:`workers.codecs`) decodes on the device and hands the frames back to system memory.
+    read with ``demuxer`` (the probed one) and local files only. With ``size``, frames are scaled to it. ``hwaccel``
+    (``cuda``, where the worker's probe decoded with it: :mod:`workers.codecs`) decodes on the device and hands the
+    frames back to system memory.
     """
-    seek = ["-ss", f"{seek_seconds:.6f}"] if seek_seconds > 0 else []
-    accel = ["-hwaccel", hwaccel] if hwaccel else []
-    return [
-        *_BASE,
-        *accel,
-        *seek,
-        *_input(source, demuxer),
-        "-map",
-        "0:v:0",
-        "-frames:v",
-        str(frames),
-        "-fps_mode",
-        "passthrough",
-        "-f",
-        "rawvideo",
-        "-pix_fmt",
-        pix_fmt,
-        "pipe:1",
-    ]
+    video = scale_filter(_open(source, demuxer, seek=seek_seconds, hwaccel=hwaccel).video_stream(0), size)
+    raw = video.output(
+        filename="pipe:1", f="rawvideo", pix_fmt=pix_fmt, extra_options={"frames:v": frames, "fps_mode": "passthrough"}
+    )
+    return _compile(raw)
 
 
 def _pixel_format(width: int, height: int) -> str:
@@ -80,46 +110,34 @@ def _pixel_format(width: int, height: int) -> str:
     return "yuv444p" if width % 2 or height % 2 else "yuv420p"
 
 
-def _quality_args(options: EncoderOptions) -> list[str]:
-    crf = str(options.crf())
+def _quality_options(options: EncoderOptions) -> dict[str, Any]:
+    crf = options.crf()
     match options.encoder:
         case "libx264" | "libx265":
-            preset = ["-preset", options.preset]
-            return [*preset, "-qp", "0"] if options.lossless else [*preset, "-crf", crf]
+            return {"preset": options.preset, **({"qp": 0} if options.lossless else {"crf": crf})}
         case "libvpx-vp9":
-            return ["-lossless", "1"] if options.lossless else ["-crf", crf, "-b:v", "0", "-row-mt", "1"]
+            return {"lossless": 1} if options.lossless else {"crf": crf, "b:v": 0, "row-mt": 1}
         case "libsvtav1":
-            return ["-crf", "0" if options.lossless else crf, "-preset", "8"]
+            return {"crf": 0 if options.lossless else crf, "preset": 8}
         case "h264_nvenc" | "hevc_nvenc":
-            return ["-tune", "lossless"] if options.lossless else ["-rc", "vbr", "-cq", crf]
+            return {"tune": "lossless"} if options.lossless else {"rc": "vbr", "cq": crf}
+
+
+def _video_codec(options: EncoderOptions, width: int, height: int) -> dict[str, Any]:
+    """The encoder, its quality settings and its pixel format: the same for every chunk of a job, so that the
+    stitch concatenates them by stream copy."""
+    return {"c:v": options.encoder, **_quality_options(options), "pix_fmt": _pixel_format(width, height)}
 
 
 def encode_args(
     output: Path, width: int, height: int, fps: str, options: EncoderOptions, pix_fmt: str = "bgr24"
 ) -> list[str]:
     """Encode raw BGR frames from stdin at a constant ``fps`` into ``output`` (video only)."""
-    return [
-        *_BASE,
-        "-f",
-        "rawvideo",
-        "-pix_fmt",
-        pix_fmt,
-        "-s",
-        f"{width}x{height}",
-        "-r",
-        fps,
-        "-i",
-        "pipe:0",
-        "-c:v",
-        options.encoder,
-        *_quality_args(options),
-        "-pix_fmt",
-        _pixel_format(width, height),
-        "-an",
-        "-f",
-        "mp4",
-        str(output),
-    ]
+    raw = graph.input("pipe:0", f="rawvideo", pix_fmt=pix_fmt, s=f"{width}x{height}", r=fps)
+    encoded = raw.video_stream(0).output(
+        filename=str(output), f="mp4", an=True, extra_options=_video_codec(options, width, height)
+    )
+    return _compile(encoded)
 
 
 def transcode_args(
@@ -133,42 +151,27 @@ def transcode_args(
     options: EncoderOptions,
     *,
     demuxer: str | None = None,
+    scale: bool = False,
 ) -> list[str]:
     """Decode and encode a chunk in one ffmpeg process, for processor chains that never touch pixels.
 
     The frames are renumbered onto the constant ``fps`` grid (time base 1/fps, pts = frame index), exactly as
-    the piped path's raw input is timed, so the chunk concatenates with its neighbours the same way. Progress
+    the piped path's raw input is timed, so the chunk concatenates with its neighbours the same way. With
+    ``scale``, they are scaled to ``width`` x ``height`` as the piped path's decoder scales them. Progress
     (``frame=N`` lines) goes to stdout.
     """
     num, _, den = fps.partition("/")
-    seek = ["-ss", f"{seek_seconds:.6f}"] if seek_seconds > 0 else []
-    return [
-        *_BASE,
-        "-progress",
-        "pipe:1",
-        "-nostats",
-        *seek,
-        *_input(source, demuxer),
-        "-map",
-        "0:v:0",
-        "-frames:v",
-        str(frames),
-        "-vf",
-        f"settb={den or 1}/{num},setpts=N",
-        "-fps_mode",
-        "passthrough",
-        "-r",
-        fps,
-        "-c:v",
-        options.encoder,
-        *_quality_args(options),
-        "-pix_fmt",
-        _pixel_format(width, height),
-        "-an",
-        "-f",
-        "mp4",
-        str(output),
-    ]
+    video = _open(source, demuxer, seek=seek_seconds).video_stream(0)
+    video = scale_filter(video, (width, height) if scale else None)
+    video = video.settb(expr=f"{den or 1}/{num}").setpts(expr="N")
+    encoded = video.output(
+        filename=str(output),
+        f="mp4",
+        an=True,
+        r=fps,
+        extra_options={"frames:v": frames, "fps_mode": "passthrough", **_video_codec(options, width, height)},
+    )
+    return _compile(encoded, progress=True)
 
 
 def concat_list(paths: list[Path]) -> str:
@@ -180,6 +183,31 @@ def concat_list(paths: list[Path]) -> str:
     return "\n".join(lines) + "\n"
 
 
+@dataclass(frozen=True)
+class AudioCut:
+    """The part of the input's audio a trimmed job keeps: from ``start`` seconds (relative to the file's start,
+    as ``-ss`` counts) for ``seconds`` (``None``: to its end). A cut audio is re-encoded to AAC: decoding lets
+    FFmpeg cut at the sample, where a stream copy could only cut between packets (about 21 ms of AAC)."""
+
+    start: float
+    seconds: float | None
+
+
+@dataclass(frozen=True)
+class Resample:
+    """Re-encode the stitched video onto a constant ``rate`` grid (FFmpeg's ``fps`` filter) with ``encoder``."""
+
+    rate: Fraction
+    width: int
+    height: int
+    encoder: EncoderOptions
+
+
+def _chunks(list_file: Path) -> AVStream:
+    """The chunk files (ours) named in ``list_file``, read one after the other by the concat demuxer."""
+    return graph.input(str(list_file), f="concat", extra_options={"safe": 0})
+
+
 def stitch_args(
     list_file: Path,
     audio_source: Path | None,
@@ -188,13 +216,15 @@ def stitch_args(
     *,
     provenance: bool,
     audio_demuxer: str | None = None,
+    audio_cut: AudioCut | None = None,
+    resample: Resample | None = None,
 ) -> list[str]:
     """Concatenate the chunk files (ours) by stream copy and take the audio once from the original input (the
-    user's, read with its probed demuxer)."""
+    user's, read with its probed demuxer): all of it, or the ``audio_cut`` of a trimmed job. With ``resample``
+    the video is re-encoded at another rate instead of copied."""
     return _mux_args(
-        ["-f", "concat", "-safe", "0", "-i", str(list_file)], audio_source, audio_codec, output, provenance,
-        audio_demuxer,
-    )  # fmt: skip
+        _chunks(list_file), audio_source, audio_codec, output, provenance, audio_demuxer, audio_cut, resample
+    )
 
 
 def concat_video_args(list_file: Path, output: Path) -> list[str]:
@@ -202,8 +232,8 @@ def concat_video_args(list_file: Path, output: Path) -> list[str]:
 
     The index can then change size without moving a sample (see :mod:`workers.mp4_timing`).
     """
-    return [*_BASE, "-f", "concat", "-safe", "0", "-i", str(list_file), "-map", "0:v:0", "-c:v", "copy",
-            "-f", "mp4", str(output)]  # fmt: skip
+    copied = _chunks(list_file).video_stream(0).output(filename=str(output), f="mp4", extra_options={"c:v": "copy"})
+    return _compile(copied)
 
 
 def remux_args(
@@ -214,48 +244,86 @@ def remux_args(
     *,
     provenance: bool,
     audio_demuxer: str | None = None,
+    audio_cut: AudioCut | None = None,
+    resample: Resample | None = None,
 ) -> list[str]:
-    """Copy ``video``'s video (timing as it is) and take the audio once from the original input."""
-    return _mux_args(["-i", str(video)], audio_source, audio_codec, output, provenance, audio_demuxer)
+    """Copy ``video``'s video (timing as it is; or ``resample`` it) and take the audio once from the original
+    input (or its ``audio_cut``)."""
+    ours = graph.input(str(video))
+    return _mux_args(ours, audio_source, audio_codec, output, provenance, audio_demuxer, audio_cut, resample)
 
 
 def _mux_args(
-    video_input: list[str],
+    video_input: AVStream,
     audio_source: Path | None,
     audio_codec: str | None,
     output: Path,
     provenance: bool,
     audio_demuxer: str | None = None,
+    audio_cut: AudioCut | None = None,
+    resample: Resample | None = None,
 ) -> list[str]:
-    args = [*_BASE, *video_input]
+    video: VideoStream = video_input.video_stream(0)
+    options: dict[str, Any] = {"c:v": "copy"}
+    if resample is not None:
+        rate = resample.rate
+        video = video.fps(fps=f"{rate.numerator}/{rate.denominator}")
+        options = _video_codec(resample.encoder, resample.width, resample.height)
+    streams: list[VideoStream | AudioStream] = [video]
     if audio_source is not None:
-        args += [*_input(audio_source, audio_demuxer), "-map", "0:v:0", "-map", "1:a:0?"]
-        args += ["-c:a", "copy" if audio_codec in _MP4_AUDIO else "aac"]
-    else:
-        args += ["-map", "0:v:0"]
-    args += ["-c:v", "copy", "-movflags", "+faststart+use_metadata_tags"]
-    if provenance:
-        args += ["-metadata", f"{PROVENANCE_TAG}=face-swapped", "-metadata", f"comment={PROVENANCE_TEXT}"]
-    args += ["-f", "mp4", str(output)]
-    return args
+        start = audio_cut.start if audio_cut is not None else 0.0
+        seconds = audio_cut.seconds if audio_cut is not None else None
+        audio = _open(audio_source, audio_demuxer, seek=start, seconds=seconds)
+        streams.append(audio.audio_stream(0, optional=True))
+        options["c:a"] = "copy" if audio_codec in _MP4_AUDIO and audio_cut is None else "aac"
+    options["movflags"] = "+faststart+use_metadata_tags"
+    if provenance:  # two global tags: "-metadata" and "-metadata:g" name the same (global) metadata
+        options["metadata"] = f"{PROVENANCE_TAG}=face-swapped"
+        options["metadata:g"] = f"comment={PROVENANCE_TEXT}"
+    return _compile(graph.output(*streams, filename=str(output), f="mp4", extra_options=options))
 
 
-def run(args: list[str], *, what: str, timeout: float | None = None) -> None:
-    """Run an ffmpeg command to completion, with the minimal environment of a child (``shared.processes``) and its
-    stderr drained into a bounded buffer.
+def still_args(source: Path, seek: float, output: Path, demuxer: str, *, max_width: int) -> list[str]:
+    """One frame of a user's ``source`` at ``seek`` (read with ``demuxer`` forced) as a JPEG at most ``max_width``
+    wide, keeping the aspect (an even height)."""
+    frame = _open(source, demuxer, seek=seek).video_stream(0).scale(w=f"min({max_width},iw)", h=-2)
+    jpeg = frame.output(filename=str(output), f="image2", extra_options={"frames:v": 1, "q:v": 3, "c:v": "mjpeg"})
+    return _compile(jpeg)
+
+
+def start(
+    args: list[str], *, name: str, stdin: bool = False, stdout: bool = False
+) -> tuple[subprocess.Popen[bytes], StderrTail]:
+    """Start an ffmpeg command: the one way every ffmpeg process of a worker starts. It gets the minimal
+    environment of a child (``shared.processes``), pipes for stdin and stdout where asked (else nothing to read
+    and nowhere to write), and its stderr drained as it comes into a bounded tail (thread ``name``).
 
     Raises:
-        FfmpegError: ffmpeg is missing, timed out or exited non-zero; the message keeps stderr's tail.
+        FfmpegError: ``ffmpeg_missing``: ffmpeg is not installed.
     """
     logger.debug("running %s", args)
     try:
         proc = subprocess.Popen(
-            args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=child_env()
+            args,
+            stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+            stdout=subprocess.PIPE if stdout else subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env=child_env(),
         )
     except FileNotFoundError as exc:
         raise FfmpegError("ffmpeg is not installed", code="ffmpeg_missing") from exc
     assert proc.stderr is not None
-    stderr = StderrTail(proc.stderr, name="ffmpeg-stderr")
+    return proc, StderrTail(proc.stderr, name=name)
+
+
+def run(args: list[str], *, what: str, timeout: float | None = None) -> None:
+    """Run an ffmpeg command to completion (:func:`start`).
+
+    Raises:
+        FfmpegError: ffmpeg is missing, timed out or exited non-zero; the message keeps stderr's tail.
+    """
+    proc, stderr = start(args, name="ffmpeg-stderr")
+    assert proc.stderr is not None
     try:
         code = proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired as exc:

@@ -19,8 +19,8 @@ import numpy as np
 
 from shared.errors import FfmpegError
 from shared.options import EncoderOptions
-from shared.processes import StderrTail, child_env
-from workers.ffmpeg import decode_args, encode_args, pipe_format
+from shared.processes import StderrTail
+from workers.ffmpeg import decode_args, encode_args, pipe_format, start
 from workers.processors.base import FrameBatch
 
 _DONE = object()
@@ -54,7 +54,8 @@ def _to_yuv420p(frames: FrameBatch) -> FrameBatch:
 class FrameReader:
     """Decode ``frames`` frames from ``seek_seconds`` in batches of ``batch_size``, ``depth`` batches ahead.
 
-    Batches are BGR ``[N, H, W, 3]``. ``extra`` more frames are read where the file has them (a chunk's
+    Batches are BGR ``[N, H, W, 3]``: ``width`` x ``height`` is the video's displayed size, or the size the
+    decoder scales the frames to with ``scale``. ``extra`` more frames are read where the file has them (a chunk's
     look-ahead); ``optional`` makes every frame so (a look-behind: context, never output).
 
     Raises (on iteration):
@@ -76,10 +77,14 @@ class FrameReader:
         extra: int = 0,
         optional: bool = False,
         hwaccel: str | None = None,
+        scale: bool = False,
     ) -> None:
         self._format = pipe_format(width, height)
         self._convert = self._format == "yuv420p"
-        self._args = decode_args(source, seek_seconds, frames + extra, self._format, demuxer=demuxer, hwaccel=hwaccel)
+        size = (width, height) if scale else None
+        self._args = decode_args(
+            source, seek_seconds, frames + extra, self._format, demuxer=demuxer, hwaccel=hwaccel, size=size
+        )
         self._required = 0 if optional else frames
         frames += extra
         self._stall = stall_seconds
@@ -93,11 +98,7 @@ class FrameReader:
         self._thread: threading.Thread | None = None
 
     def __iter__(self) -> Iterator[FrameBatch]:
-        self._proc = subprocess.Popen(
-            self._args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=child_env()
-        )
-        assert self._proc.stderr is not None
-        self._stderr = StderrTail(self._proc.stderr, name="frame-reader-stderr")
+        self._proc, self._stderr = start(self._args, name="frame-reader-stderr", stdout=True)
         self._thread = threading.Thread(target=self._pump, name="frame-reader", daemon=True)
         self._thread.start()
         while True:
@@ -202,15 +203,9 @@ class FrameWriter:
         self._format = pipe_format(width, height)
         self._convert = self._format == "yuv420p"
         self._stall = stall_seconds
-        self._proc = subprocess.Popen(
-            encode_args(output, width, height, fps, options, self._format),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            env=child_env(),
+        self._proc, self._stderr = start(
+            encode_args(output, width, height, fps, options, self._format), name="frame-writer-stderr", stdin=True
         )
-        assert self._proc.stderr is not None
-        self._stderr = StderrTail(self._proc.stderr, name="frame-writer-stderr")
         self._queue: queue.Queue[FrameBatch | None] = queue.Queue(maxsize=depth)
         self._error: BaseException | None = None
         self._shape = (height, width, 3)

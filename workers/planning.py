@@ -3,8 +3,10 @@
 The plan follows what the file holds, not what its header says: the frames are counted from its packets (with the
 demuxer the submission probed, forced), and a file holding more than ``max_frames`` frames or
 ``max_duration_seconds`` of them fails with ``too_many_frames`` / ``media_too_long`` — the count stops at the limit.
-A job is cut into at most ``max_chunks_per_job`` chunks of at least ``min_chunk_frames`` frames: the planner widens
-the chunks it was asked for rather than insert millions of rows, and says so in the job's log.
+A trimmed job (``shared.framing``) is planned over its frame range only: a range outside the frames counted fails
+with ``trim_out_of_range``. A job is cut into at most ``max_chunks_per_job`` chunks of at least ``min_chunk_frames``
+frames: the planner widens the chunks it was asked for rather than insert millions of rows, and says so in the
+job's log.
 """
 
 from __future__ import annotations
@@ -14,12 +16,13 @@ import logging
 from shared import jobs
 from shared.db import session_scope
 from shared.dispatch import send_all
-from shared.errors import LeaseLostError, NoFramesError, SwapfarmError
+from shared.errors import LeaseLostError, NoFramesError, SwapfarmError, TrimUnsupportedError
+from shared.framing import frame_range
 from shared.jobs import ChunkPlan
 from shared.media import FrameScan, MediaInfo, probe, scan_frames
 from shared.options import JobOptions
 from shared.tasks import RENDER_CHUNK, message
-from workers import content, notices
+from workers import content, frame_index, notices
 from workers.chunking import bounded_chunk_frames, chunk_seconds_for, default_chunk_frames, plan_chunks
 from workers.leases import job_heartbeat
 from workers.runtime import Runtime
@@ -71,7 +74,7 @@ def _plan(
         SwapfarmError: the file is unreadable, not whitelisted, or holds more than a limit.
     """
     settings = rt.settings
-    with rt.storage.local_copy(target_url, rt.scratch / job_id) as target:
+    with rt.targets.local(rt.storage, target_url, rt.scratch) as target:
         media = probe(target, submitted.demuxer if submitted is not None else None)
         scan = scan_frames(
             target,
@@ -85,26 +88,34 @@ def _plan(
     if not times:
         raise NoFramesError("the video has no frames")
     _report_timing(scan)
+    trimmed = frame_range(options, len(times))
+    frames = range(trimmed.start, trimmed.end)
+    frame_index.store(rt.storage, job_id, times, rt.scratch)  # the stitch reads the same count
     exact = bool(options.chunk_frames)  # asked for: exact sizes; else about chunk_seconds each, cut at keyframes
     # asked for, or a length that suits the job's processors (pixel-free chains get long chunks)
     wanted = options.chunk_frames or default_chunk_frames(
         media.fps_value, chunk_seconds_for(options.processors, settings)
     )
     if scan.untimed:  # decode times are no seek positions once B-frames reorder them: one chunk, read from the start
-        return plan_chunks(times, len(times), media.start_time), media, len(times)
-    size = bounded_chunk_frames(len(times), wanted, settings.min_chunk_frames, settings.max_chunks_per_job)
+        if trimmed.start > 0:
+            raise TrimUnsupportedError(
+                "the video's frames carry no presentation times, so a range cannot start past its first frame "
+                "(trim_start_frame); remux it into MP4 or Matroska, or leave trim_start_frame unset"
+            )
+        return plan_chunks(times, len(frames), media.start_time, frames=frames), media, len(frames)
+    size = bounded_chunk_frames(len(frames), wanted, settings.min_chunk_frames, settings.max_chunks_per_job)
     cuts = () if exact else keyframes
-    chunks = plan_chunks(times, size, media.start_time, cuts)
+    chunks = plan_chunks(times, size, media.start_time, cuts, frames)
     while len(chunks) > settings.max_chunks_per_job:  # cuts moved to keyframes can shorten chunks: widen again
         size *= 2
-        chunks = plan_chunks(times, size, media.start_time, cuts)
+        chunks = plan_chunks(times, size, media.start_time, cuts, frames)
     if exact and size != wanted:
         notices.report(
             "chunks_widened",
             f"chunks of {wanted} frames were asked for; they are {size} frames long (at least "
             f"{settings.min_chunk_frames} frames, at most {settings.max_chunks_per_job} chunks a job)",
         )
-    return chunks, media, len(times)
+    return chunks, media, len(frames)
 
 
 def _report_timing(scan: FrameScan) -> None:

@@ -22,10 +22,10 @@ from shared import events, fairness, jobs
 from shared.db import session_scope
 from shared.dispatch import send_all
 from shared.errors import FfmpegError, LeaseLostError, ProcessorError, SwapfarmError
+from shared.framing import output_size
 from shared.log_context import job_context
 from shared.media import MediaInfo, frame_times
 from shared.options import JobOptions
-from shared.processes import StderrTail, child_env
 from shared.tasks import RENDER_CHUNK, STITCH, message
 from workers import codecs, ffmpeg, notices
 from workers.engines.base import Degradation
@@ -150,7 +150,7 @@ def _render(
     scratch = rt.scratch / claim.job_id
     scratch.mkdir(parents=True, exist_ok=True)
     with (
-        rt.storage.local_copy(target_url, scratch) as target,
+        rt.targets.local(rt.storage, target_url, rt.scratch) as target,
         _local_sources(rt, source_urls, scratch) as sources,
         tempfile.TemporaryDirectory(dir=scratch) as tmp,
         Heartbeat(lambda: _beat(rt, claim, progress[0]), rt.settings.heartbeat_seconds, claim.chunk_id) as beat,
@@ -202,17 +202,19 @@ def _process(
     feed, behind, ahead = _track_feed(rt, options, processors), 0, 0
     if feed is not None:
         behind, ahead = min(feed.context, claim.frame_start), feed.context
+    width, height = output_size(media.width, media.height, options.output_height)
     reader = FrameReader(
         target,
         seek_seconds=claim.seek_seconds,
         frames=frames,
-        width=media.width,
-        height=media.height,
+        width=width,
+        height=height,
         batch_size=rt.settings.batch_size,
         demuxer=media.demuxer,
         stall_seconds=rt.settings.chunk_stall_seconds,
         hwaccel=rt.codecs.hwaccel,
         extra=ahead,
+        scale=(width, height) != (media.width, media.height),
     )
     # The look-behind: the frames before the chunk, as context for its tracks. Seeking by the nominal frame rate
     # lands exactly on constant-rate video; on variable-rate video it may land a frame or so off, which shifts
@@ -221,16 +223,17 @@ def _process(
         target,
         seek_seconds=max(0.0, claim.seek_seconds - behind / media.fps_value) if claim.frame_start > behind else 0.0,
         frames=behind,
-        width=media.width,
-        height=media.height,
+        width=width,
+        height=height,
         batch_size=rt.settings.batch_size,
         demuxer=media.demuxer,
         stall_seconds=rt.settings.chunk_stall_seconds,
         hwaccel=rt.codecs.hwaccel,
         optional=True,
+        scale=(width, height) != (media.width, media.height),
     )
     writer = FrameWriter(
-        encoded, width=media.width, height=media.height, fps=media.fps, options=options.encoder,
+        encoded, width=width, height=height, fps=media.fps, options=options.encoder,
         stall_seconds=rt.settings.chunk_stall_seconds,
     )  # fmt: skip
 
@@ -278,15 +281,13 @@ def _transcode(
     """Decode and encode the chunk in one ffmpeg process, following its progress; stop it if the lease is lost,
     or when no frame comes out for ``stall_seconds`` (``chunk_stalled``). Its stderr is drained as it comes."""
     frames = claim.frame_end - claim.frame_start
+    width, height = output_size(media.width, media.height, options.output_height)
     args = ffmpeg.transcode_args(
-        target, claim.seek_seconds, frames, encoded, media.width, media.height, media.fps, options.encoder,
-        demuxer=media.demuxer,
+        target, claim.seek_seconds, frames, encoded, width, height, media.fps, options.encoder,
+        demuxer=media.demuxer, scale=(width, height) != (media.width, media.height),
     )  # fmt: skip
-    with subprocess.Popen(
-        args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=child_env()
-    ) as proc:
-        assert proc.stderr is not None
-        stderr = StderrTail(proc.stderr, name="transcode-stderr")
+    proc, stderr = ffmpeg.start(args, name="transcode-stderr", stdout=True)
+    with proc:
         follower = threading.Thread(target=_follow, args=(proc, progress), name="transcode-progress", daemon=True)
         follower.start()
         seen, moved_at = progress[0], time.monotonic()

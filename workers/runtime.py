@@ -11,6 +11,7 @@ from shared.settings import Settings
 from shared.storage import Storage
 from workers.codecs import CodecSupport, probed
 from workers.metrics import WorkerMetrics
+from workers.targets import TargetCache
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -28,6 +29,7 @@ class Runtime:
         None  # the Celery application of the process, where it has one (the reaper reads its broker)
     )
     codecs: CodecSupport = field(default_factory=probed)  # probed once per process, as it starts taking tasks
+    targets: TargetCache = field(default_factory=TargetCache)  # jobs' targets, fetched once per process
 
     @property
     def db(self) -> str:

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import json
 import logging
+from bisect import bisect_right
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from shared.media import MediaInfo, input_args, probe
+from shared.media import MediaInfo, probe
 from workers import ffmpeg
 from workers.runtime import Runtime
 
@@ -31,10 +32,27 @@ OUTPUT_DEMUXER = "mov"  # the stitched output is an MP4
 @dataclass(frozen=True)
 class Still:
     index: int
-    frame: int  # the frame's number in the input (and the output), from 0
-    seconds: float  # its time from the start of the video
+    frame: int  # the frame's number in the output, from 0
+    seconds: float  # its time from the start of the output
     before: str  # file names beside the manifest
     after: str
+    input_frame: int  # the input's frame shown at that time (``frame`` itself unless the job trims or resamples)
+
+
+def input_frame(target_times: list[float], first: int, output_times: list[float], frame: int) -> int:
+    """The input frame on screen when output ``frame`` is: the last of the input's frames from ``first`` on whose
+    time (from frame ``first``'s) is not past the output frame's (from the output's first), a quarter of the
+    input's smallest frame interval allowed for rounding.
+
+    >>> input_frame([i / 30 for i in range(216)], 50, [i / 15 for i in range(50)], 10)
+    70
+    """
+    at = output_times[frame] - output_times[0]
+    gaps = [b - a for a, b in zip(target_times, target_times[1:], strict=False) if b > a]
+    slack = min(gaps) / 4 if gaps else 0.0
+    origin = target_times[first]
+    found = bisect_right(target_times, origin + at + slack, lo=first) - 1
+    return max(first, min(found, len(target_times) - 1))
 
 
 def frames_at(total: int, points: tuple[float, ...] = POINTS) -> list[int]:
@@ -59,30 +77,7 @@ def seek_seconds(times: list[float], frame: int, start_time: float) -> float:
 def still_args(source: Path, seek: float, output: Path, demuxer: str) -> list[str]:
     """One frame at ``seek`` as a JPEG at most :data:`WIDTH` wide, keeping the aspect; ``source`` is read as a
     plain local file with ``demuxer`` forced (``shared.media.input_args``), as every read of a user's file is."""
-    return [
-        ffmpeg.FFMPEG,
-        "-hide_banner",
-        "-nostdin",
-        "-loglevel",
-        "error",
-        "-y",
-        "-ss",
-        f"{seek:.6f}",
-        *input_args(source, demuxer),
-        "-map",
-        "0:v:0",
-        "-frames:v",
-        "1",
-        "-vf",
-        f"scale='min({WIDTH},iw)':-2",
-        "-q:v",
-        "3",
-        "-f",
-        "image2",
-        "-c:v",
-        "mjpeg",
-        str(output),
-    ]
+    return ffmpeg.still_args(source, seek, output, demuxer, max_width=WIDTH)
 
 
 def make(
@@ -92,23 +87,26 @@ def make(
     output_times: list[float],
     target_media: MediaInfo,
     folder: Path,
+    first: int = 0,
 ) -> list[Still]:
-    """Write the stills of ``target`` (described by ``target_media``) and ``output`` (the same frames, an MP4 of
-    the farm's own) into ``folder``.
+    """Write the stills of ``output`` (an MP4 of the farm's own) and of the frames of ``target`` (described by
+    ``target_media``, its frames at ``target_times``) shown at the same moments, into ``folder``. The output
+    starts at input frame ``first`` (a trimmed job's first frame).
 
     Raises:
         FfmpegError: a frame could not be decoded or written.
     """
     output_start = probe(output, OUTPUT_DEMUXER).start_time
     stills = []
-    for index, frame in enumerate(frames_at(min(len(target_times), len(output_times)))):
+    for index, frame in enumerate(frames_at(len(output_times))):
         before, after = f"{index:02d}-before.jpg", f"{index:02d}-after.jpg"
-        seek = seek_seconds(target_times, frame, target_media.start_time)
+        shown = input_frame(target_times, first, output_times, frame)
+        seek = seek_seconds(target_times, shown, target_media.start_time)
         ffmpeg.run(still_args(target, seek, folder / before, target_media.demuxer), what="still")
         seek = seek_seconds(output_times, frame, output_start)
         ffmpeg.run(still_args(output, seek, folder / after, OUTPUT_DEMUXER), what="still")
-        seconds = round(target_times[frame] - target_times[0], 3)
-        stills.append(Still(index, frame, seconds, before, after))
+        seconds = round(output_times[frame] - output_times[0], 3)
+        stills.append(Still(index, frame, seconds, before, after, shown))
     (folder / MANIFEST).write_text(json.dumps({"stills": [asdict(s) for s in stills]}))
     return stills
 

@@ -10,6 +10,8 @@ import logging
 import tempfile
 import time
 from contextlib import ExitStack
+from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 
 from shared import jobs, quotas
@@ -17,10 +19,11 @@ from shared.db import session_scope
 from shared.dispatch import send_all
 from shared.errors import LeaseLostError, StitchMismatchError, SwapfarmError
 from shared.events import EventKind, record
+from shared.framing import FrameRange, frame_range, output_rate, output_size, resampled_frames
 from shared.media import MediaInfo, frame_times
 from shared.options import JobOptions
 from shared.states import JobStatus
-from workers import ffmpeg, mp4_timing, notices, stills
+from workers import ffmpeg, frame_index, mp4_timing, notices, stills
 from workers.leases import job_heartbeat
 from workers.runtime import Runtime
 
@@ -54,15 +57,18 @@ def stitch(job_id: str, rt: Runtime) -> None:
             list_file = tmp / "chunks.txt"
             list_file.write_text(ffmpeg.concat_list(parts))
             stitched = tmp / "output.mp4"
-            with rt.storage.local_copy(target_url, scratch) as target:
+            with rt.targets.local(rt.storage, target_url, rt.scratch) as target:
                 with notices.collecting() as found:
-                    times = _stitch(list_file, target, media, stitched, provenance=options.changes_faces, job_id=job_id)
+                    every = frame_index.load(rt.storage, job_id, target, media.demuxer)
+                    result = _stitch(list_file, target, every, media, options, stitched)
                 notices.record(rt.db, job_id, found)
                 output_times = frame_times(stitched)
                 counted = len(output_times)
-                if frames_total is not None and counted != frames_total:
-                    raise StitchMismatchError(f"stitched output has {counted} frames, expected {frames_total}")
-                _stills(rt, job_id, target, stitched, times, output_times, media, tmp)
+                if frames_total is not None and counted != result.expected(frames_total):
+                    raise StitchMismatchError(
+                        f"stitched output has {counted} frames, expected {result.expected(frames_total)}"
+                    )
+                _stills(rt, job_id, target, stitched, result, output_times, media, tmp)
             if not beat.alive:
                 raise LeaseLostError(f"job {job_id}: stitch lease lost")
             output_bytes = stitched.stat().st_size
@@ -94,25 +100,49 @@ def stitch(job_id: str, rt: Runtime) -> None:
     send_all(rt.dispatcher, finished.messages)
 
 
+@dataclass(frozen=True)
+class _Stitched:
+    """What a stitch wrote: the input's frame times, the range of them the job kept, and the output's frame count
+    when the video was resampled onto another rate (else the chunks' frames, one for one)."""
+
+    times: list[float]
+    kept: FrameRange
+    resampled: int | None
+
+    def expected(self, frames_total: int) -> int:
+        return frames_total if self.resampled is None else self.resampled
+
+
 def _stitch(
-    list_file: Path, target: Path, media: MediaInfo, output: Path, *, provenance: bool, job_id: str
-) -> list[float]:
-    """Concatenate the chunks into ``output`` with the audio of ``target``, and its frame times (returned).
+    list_file: Path, target: Path, every: list[float], media: MediaInfo, options: JobOptions, output: Path
+) -> _Stitched:
+    """Concatenate the chunks into ``output`` with the audio of ``target`` (the part a trimmed job keeps), whose
+    frames are at times ``every`` (the planner's index, :mod:`workers.frame_index`).
 
     Chunks are encoded at the constant average rate. When the input's frames are not on that grid (a variable
     frame rate), the concatenated video is written first, its frames given the input's times, then remuxed. If
     the times cannot be written, the job still gets every frame, at the constant rate — and a ``vfr_timing_lost``
-    warning in its log (``workers.notices``), never silently.
+    warning in its log (``workers.notices``), never silently. With ``output_fps`` the video is re-encoded once,
+    here, onto that rate's grid (FFmpeg's ``fps`` filter), from the frames at their input times.
     """
     audio = target if media.has_audio else None
     demuxer = media.demuxer
-    times = frame_times(target, demuxer=demuxer)
+    kept = frame_range(options, len(every))
+    times = every[kept.start : kept.end]
+    cut = _audio_cut(every, kept, media) if audio is not None else None
+    resample, resampled = None, None
+    if options.output_fps is not None:
+        width, height = output_size(media.width, media.height, options.output_height)
+        resample = ffmpeg.Resample(output_rate(options.output_fps), width, height, options.encoder)
+        resampled = resampled_frames(_span(times, media.fps), options.output_fps)
+    provenance = options.changes_faces
     if mp4_timing.follows_rate(times, media.fps):
         args = ffmpeg.stitch_args(
-            list_file, audio, media.audio_codec, output, provenance=provenance, audio_demuxer=demuxer
-        )
+            list_file, audio, media.audio_codec, output, provenance=provenance, audio_demuxer=demuxer,
+            audio_cut=cut, resample=resample,
+        )  # fmt: skip
         ffmpeg.run(args, what="stitch")
-        return times
+        return _Stitched(every, kept, resampled)
     video = output.with_name("video.mp4")
     ffmpeg.run(ffmpeg.concat_video_args(list_file, video), what="stitch")
     try:
@@ -123,10 +153,34 @@ def _stitch(
             f"the video's frames have variable times that could not be kept ({exc}); every frame is in the "
             f"output, shown at a constant {media.fps} fps",
         )
-    args = ffmpeg.remux_args(video, audio, media.audio_codec, output, provenance=provenance, audio_demuxer=demuxer)
+        if resampled is not None:
+            resampled = resampled_frames(Fraction(len(times)) / Fraction(media.fps), options.output_fps or 0)
+    args = ffmpeg.remux_args(
+        video, audio, media.audio_codec, output, provenance=provenance, audio_demuxer=demuxer, audio_cut=cut,
+        resample=resample,
+    )  # fmt: skip
     ffmpeg.run(args, what="stitch")
     video.unlink()
-    return times
+    return _Stitched(every, kept, resampled)
+
+
+def _span(times: list[float], fps: str) -> Fraction | float:
+    """How long frames at ``times`` last as stitched: on the constant grid, a frame interval each; else from the
+    first to the last, and the last as long as the interval before it (``workers.mp4_timing``)."""
+    if mp4_timing.follows_rate(times, fps):
+        return Fraction(len(times)) / Fraction(fps)
+    last = times[-1] - times[-2] if len(times) > 1 else float(1 / Fraction(fps))
+    return times[-1] - times[0] + last
+
+
+def _audio_cut(every: list[float], kept: FrameRange, media: MediaInfo) -> ffmpeg.AudioCut | None:
+    """The audio that goes with the kept frames: from the first kept frame's time to the first dropped one's
+    after them; ``None`` when the job keeps every frame (the audio is taken whole, as it is)."""
+    if kept.start == 0 and kept.end == len(every):
+        return None
+    start = every[kept.start] - media.start_time if kept.start > 0 else 0.0
+    end = every[kept.end] - media.start_time if kept.end < len(every) else None
+    return ffmpeg.AudioCut(max(0.0, start), None if end is None else end - max(0.0, start))
 
 
 def _stills(
@@ -134,7 +188,7 @@ def _stills(
     job_id: str,
     target: Path,
     output: Path,
-    times: list[float],
+    stitch: _Stitched,
     output_times: list[float],
     media: MediaInfo,
     tmp: Path,
@@ -143,7 +197,7 @@ def _stills(
     folder = tmp / "stills"
     folder.mkdir()
     try:
-        made = stills.make(target, output, times, output_times, media, folder)
+        made = stills.make(target, output, stitch.times, output_times, media, folder, stitch.kept.start)
         stills.publish(rt, job_id, folder, made)
     except (SwapfarmError, OSError) as exc:
         logger.warning("job %s: no before/after stills: %s", job_id, exc)

@@ -25,6 +25,10 @@ ESSENTIAL = (
     "face.enhancer",
     "face.selector_mode",
     "encoder.quality",
+    "trim_start_frame",
+    "trim_end_frame",
+    "output_height",
+    "output_fps",
 )
 Kind = Literal["select", "checkboxes", "number", "checkbox", "numbers"]
 

@@ -55,6 +55,9 @@ def _field_of(error: SwapfarmError) -> str:
             return name
     if error.code == "options_invalid" and "source image" in error.message:
         return "source"
+    for name in ("trim_start_frame", "trim_end_frame"):  # a range the video or its start refuses
+        if error.code in {"trim_out_of_range", "options_invalid"} and error.message.startswith(name):
+            return name
     return _CODE_FIELDS.get(error.code, "")
 
 

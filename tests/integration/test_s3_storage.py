@@ -26,8 +26,14 @@ LOSSLESS = {"processors": ["passthrough"], "encoder": {"lossless": True, "preset
 
 
 @pytest.fixture(scope="module")
-def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with s3_server(tmp_path_factory.mktemp("s3") / "moto.log") as url:
+def moto_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The S3 server's request log: one line per request it answered."""
+    return tmp_path_factory.mktemp("s3") / "moto.log"
+
+
+@pytest.fixture(scope="module")
+def s3_endpoint(moto_log: Path) -> Iterator[str]:
+    with s3_server(moto_log) as url:
         boto3.client(
             "s3", endpoint_url=url, aws_access_key_id="k", aws_secret_access_key="s", region_name="us-east-1"
         ).create_bucket(Bucket=BUCKET)
@@ -131,3 +137,24 @@ def test_a_json_submission_reads_its_inputs_from_the_bucket_under_an_allowed_pre
     job_id = accepted.json()["id"]
     assert f"jobs/{job_id}/input/target.mp4" in _keys(settings), "the input is copied into the job"
     assert outside.status_code == 422 and outside.json()["error"]["code"] == "input_url_forbidden"
+
+
+def test_a_worker_fetches_a_jobs_target_once_for_its_plan_chunks_and_stitch(
+    api: TestClient, settings: Settings, homes: dict[str, Path], clip_short: Path, tmp_path: Path, moto_log: Path
+) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    farm = Farm(settings, logs, cwd=homes["w1"])
+    try:
+        farm.worker("w1")  # one process: it plans, renders every chunk and stitches
+        job_id = submit(api, clip_short, {**LOSSLESS, "chunk_frames": 20})
+        body = wait_finished(api, job_id, farm)
+    finally:
+        farm.stop()
+    assert body["status"] == "succeeded", body
+    assert body["chunks"]["total"] >= 3
+    target = next(k for k in _keys(settings) if k.startswith(f"jobs/{job_id}/input/target"))
+    prefix = settings.storage_url.removeprefix(f"s3://{BUCKET}/")
+    downloads = f'"GET /{BUCKET}/{prefix}/{target} '  # the object itself, not a listing that names it
+    fetched = [line for line in moto_log.read_text().splitlines() if downloads in line]
+    assert len(fetched) == 1, f"the target was fetched {len(fetched)} times: {fetched}"
