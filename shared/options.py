@@ -142,18 +142,21 @@ class FaceOptions(BaseModel):
         default_factory=lambda: list[MaskType](["box"]),
         min_length=1,
         max_length=len(get_args(MaskType)),
+        json_schema_extra={"uniqueItems": True},  # the schema says what _distinct checks
         description="Paste-back masks, combined by their minimum (FaceFusion's face_mask_types)",
     )
     mask_regions: list[MaskRegion] = Field(
         default_factory=lambda: list[MaskRegion](get_args(MaskRegion)),
         min_length=1,
         max_length=len(get_args(MaskRegion)),
+        json_schema_extra={"uniqueItems": True},  # the schema says what _distinct checks
         description="The face parser's classes the region mask keeps",
     )
     mask_areas: list[MaskArea] = Field(
         default_factory=lambda: list[MaskArea](get_args(MaskArea)),
         min_length=1,
         max_length=len(get_args(MaskArea)),
+        json_schema_extra={"uniqueItems": True},  # the schema says what _distinct checks
         description="Parts of the 68-point landmark hull the area mask keeps",
     )
     occluder: Occluder = "xseg_1"
@@ -195,12 +198,6 @@ class FaceOptions(BaseModel):
         if repeated:
             raise ValueError(f"each value at most once; repeated: {', '.join(repeated)}")
         return values
-
-    @model_validator(mode="after")
-    def _age_range(self) -> FaceOptions:
-        if self.selector_age_start > self.selector_age_end:
-            raise ValueError("selector_age_start is above selector_age_end")
-        return self
 
     @property
     def filters_by_attribute(self) -> bool:

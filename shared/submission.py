@@ -158,6 +158,12 @@ def submit(
         limits.check(media)
         check_output_size(media.width, media.height, options, limits.max_frame_pixels)
     check_trim(options, media.frame_count or None)  # no count in the header: the planner checks the range
+    face = options.face
+    if face.selector_age_start > face.selector_age_end:  # between two fields: beyond what the schema can state
+        raise InvalidOptionsError(
+            f"face.selector_age_start ({face.selector_age_start}) is above "
+            f"face.selector_age_end ({face.selector_age_end})"
+        )
     if options.needs_source and not sources:
         raise InvalidOptionsError(f"processors {options.processors} need at least one source image")
     max_pixels = limits.max_source_pixels if limits is not None else None

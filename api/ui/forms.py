@@ -167,6 +167,10 @@ def read_options(form: Mapping[str, list[str]]) -> JobOptions:
     errors: dict[str, str] = {}
     for field in option_fields():
         values = [v.strip() for v in form.get(field.name, [])]
+        if field.kind in {"checkbox", "checkboxes"} and field.name not in form:
+            # The form sends an empty value with every box (checked or not); a post without the field (a script)
+            # leaves the option to its default, as any other field left out.
+            continue
         if field.kind == "checkboxes":
             _set(data, field.path, [v for v in values if v])
             continue
@@ -203,8 +207,10 @@ def form_values(form: Mapping[str, list[str]] | None) -> dict[str, list[str]]:
     """What each field shows: what was submitted, else its default."""
     shown: dict[str, list[str]] = {}
     for field in option_fields():
-        if form is not None and (field.name in form or field.kind in {"checkbox", "checkboxes"}):
-            shown[field.path] = form.get(field.name, [])
+        if form is not None and field.name in form:
+            shown[field.path] = (
+                [v for v in form[field.name] if v] if field.kind in {"checkbox", "checkboxes"} else form[field.name]
+            )
         else:
             shown[field.path] = field.default.split(",") if field.kind == "checkboxes" else [field.default]
     return shown

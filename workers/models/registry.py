@@ -14,7 +14,6 @@ from __future__ import annotations
 
 # data table: one ModelSpec per model file (the facts of docs/MODELS.md as data), and small lookups over them; long
 # because each model is a declaration (``tests/test_modules.py`` lets a data table pass the size limit).
-
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
