@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
+from functools import partial
 from pathlib import Path
 
 from sqlalchemy.exc import OperationalError
@@ -203,35 +204,23 @@ def _process(
     if feed is not None:
         behind, ahead = min(feed.context, claim.frame_start), feed.context
     width, height = output_size(media.width, media.height, options.output_height)
-    reader = FrameReader(
+    read = partial(
+        FrameReader,
         target,
-        seek_seconds=claim.seek_seconds,
-        frames=frames,
         width=width,
         height=height,
         batch_size=rt.settings.batch_size,
         demuxer=media.demuxer,
         stall_seconds=rt.settings.chunk_stall_seconds,
         hwaccel=rt.codecs.hwaccel,
-        extra=ahead,
         scale=(width, height) != (media.width, media.height),
     )
+    reader = read(seek_seconds=claim.seek_seconds, frames=frames, extra=ahead)
     # The look-behind: the frames before the chunk, as context for its tracks. Seeking by the nominal frame rate
     # lands exactly on constant-rate video; on variable-rate video it may land a frame or so off, which shifts
     # only what the tracks see before the chunk, never the frames it outputs.
-    lookbehind = FrameReader(
-        target,
-        seek_seconds=max(0.0, claim.seek_seconds - behind / media.fps_value) if claim.frame_start > behind else 0.0,
-        frames=behind,
-        width=width,
-        height=height,
-        batch_size=rt.settings.batch_size,
-        demuxer=media.demuxer,
-        stall_seconds=rt.settings.chunk_stall_seconds,
-        hwaccel=rt.codecs.hwaccel,
-        optional=True,
-        scale=(width, height) != (media.width, media.height),
-    )
+    behind_seconds = max(0.0, claim.seek_seconds - behind / media.fps_value) if claim.frame_start > behind else 0.0
+    lookbehind = read(seek_seconds=behind_seconds, frames=behind, optional=True)
     writer = FrameWriter(
         encoded, width=width, height=height, fps=media.fps, options=options.encoder,
         stall_seconds=rt.settings.chunk_stall_seconds,
