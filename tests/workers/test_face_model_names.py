@@ -13,6 +13,9 @@ from workers.faces.enhancing import ENHANCERS
 from workers.faces.swapping import SWAPPERS
 from workers.models.registry import REGISTRY
 from workers.processors import registered
+from workers.processors.crop_paste import CropPasteProcessor
+from workers.processors.face_enhancer import FaceEnhancerProcessor
+from workers.processors.face_swapper import FaceSwapperProcessor
 
 # Modules of workers/processors that hold no processor: the interface and registry, the crop-and-paste template.
 NOT_PROCESSORS = {"base", "crop_paste"}
@@ -62,3 +65,12 @@ def test_every_processor_a_job_can_name_has_a_module_that_registers_it_and_no_mo
     modules = {m.name for m in pkgutil.iter_modules(workers.processors.__path__)} - NOT_PROCESSORS
     assert modules == set(choices(ProcessorName)), "one module per processor, named as the processor"
     assert set(registered()) == set(choices(ProcessorName))
+
+
+def test_the_processors_that_crop_and_paste_back_run_the_one_template_and_give_only_their_transform() -> None:
+    """Alignment, masks and paste-back are decided once: a processor with its own stages would miss the next fix."""
+    for processor in (FaceSwapperProcessor, FaceEnhancerProcessor):
+        assert issubclass(processor, CropPasteProcessor), processor.__name__
+        for name in ("process", "stages", "_align", "_transform", "_paste"):
+            assert getattr(processor, name) is getattr(CropPasteProcessor, name), (processor.__name__, name)
+        assert processor.transform is not CropPasteProcessor.transform, processor.__name__

@@ -1,9 +1,12 @@
 """The template of processors that crop faces, transform them and paste them back (the swapper, the enhancer).
 
 Per batch of frames: detect (one detector call per frame, shared with the rest of the chain), select the targeted
-faces, align every one of them of the whole batch onto the model's template (:func:`gather_crops`), transform the
-crops in batches fitted to memory (the subclass's :meth:`CropPasteProcessor.transform`), and paste them back with
-a feathered box mask — three stages the render pipeline overlaps (:meth:`CropPasteProcessor.stages`).
+faces, align every one of them of the whole batch onto the model's template at the crop size (by 68-point
+landmarks where a landmarker is given, :mod:`workers.faces.landmarks`), transform the crops in batches fitted to
+memory (the subclass's :meth:`CropPasteProcessor.transform`, with the per-face state its
+:meth:`CropPasteProcessor.face_state` computed while aligning), and paste them back through the paste-back masks
+(:class:`~workers.faces.masking.FaceMasker`: box, occlusion, region, area, combined by their minimum) — three
+stages the render pipeline overlaps (:meth:`CropPasteProcessor.stages`).
 
 This module holds no processor of its own; each subclass lives in the module of its processor name.
 """
@@ -11,17 +14,21 @@ This module holds no processor of its own; each subclass lives in the module of 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from shared.options import MaskType
 from workers.engines.batching import FittedBatches
 from workers.faces.alignment import box_mask
 from workers.faces.crop_model import CropModel
 from workers.faces.cropping import FaceCrops, gather_crops, paste_crops
-from workers.faces.detection import FaceDetector
+from workers.faces.detection import Face, FaceDetector
+from workers.faces.landmarks import FaceLandmarker
+from workers.faces.masking import FaceMasker, Masks
 from workers.faces.targeting import FaceTargeter
 from workers.faces.tensors import Crops
 from workers.processors.base import FrameBatch, ProcessorContext, Reporter, Stage, Work
@@ -31,17 +38,44 @@ logger = logging.getLogger(__name__)
 FloatArray = npt.NDArray[np.float32]
 
 
+@dataclass(frozen=True)
+class Aligned:
+    """What the align stage hands the transform stage.
+
+    Attributes:
+        faces: the aligned crops.
+        landmarks: each face's 68 points in crop pixels (for the area mask), ``None`` without a landmarker.
+        state: the subclass's per-face state (:meth:`CropPasteProcessor.face_state`), one row per face.
+    """
+
+    faces: FaceCrops
+    landmarks: FloatArray | None = None
+    state: FloatArray | None = None
+
+
+@dataclass(frozen=True)
+class Transformed:
+    """What the transform stage hands the paste stage: the crops, the transformed crops and their masks."""
+
+    faces: FaceCrops
+    transformed: Crops
+    masks: Masks
+
+
 class CropPasteProcessor:
     """Transforms the targeted faces of each batch of frames with one model of aligned crops.
 
     Args:
-        model: the model whose template and crop size the faces are aligned to.
+        model: the model whose template the faces are aligned to.
         targeter: picks the faces to transform.
         batch_size: faces per model call, unless ``batches`` is given.
         batches: faces per model call fitted to the device's memory, halved on out-of-memory.
         mask_blur, mask_padding: the paste-back box mask (:func:`workers.faces.alignment.box_mask`).
         mask_scale: how much of the transformed face shows where the mask is full (0–1).
-        reporter: reports the model's slower paths after each batch.
+        reporter: reports the models' slower paths after each batch.
+        crop_size: the side of the crops (pixel boost: a multiple of the model's size); ``None``: its size.
+        masker: the paste-back masks beyond the box (``None``, or the box alone: the box).
+        landmarker: 68-point landmarks, for the area mask and the refined alignment.
     """
 
     touches_pixels = True
@@ -59,18 +93,29 @@ class CropPasteProcessor:
         mask_padding: Sequence[int] = (0, 0, 0, 0),
         mask_scale: float = 1.0,
         reporter: Reporter | None = None,
+        crop_size: int | None = None,
+        masker: FaceMasker | None = None,
+        landmarker: FaceLandmarker | None = None,
     ) -> None:
         self._model = model
         self.targeter: FaceTargeter | None = targeter
         self.detector: FaceDetector = targeter.detector
         self._reporter = reporter
         self.batches = batches or FittedBatches(batch_size)
-        mask = box_mask(model.size, mask_blur, mask_padding)
+        self.crop_size = crop_size or model.size
+        self.masker = masker if masker is not None and not masker.box_only else None
+        self.landmarker = landmarker
+        self.mask_scale = mask_scale
+        mask = box_mask(self.crop_size, mask_blur, mask_padding)
         self.mask: FloatArray = mask if mask_scale == 1.0 else mask * np.float32(mask_scale)
 
-    def transform(self, crops: Crops) -> Crops:
-        """The crops transformed by the model: same shape, same order."""
+    def transform(self, crops: Crops, state: FloatArray | None = None) -> Crops:
+        """The crops transformed by the model: same order (``state``: the rows of :meth:`face_state` for them)."""
         raise NotImplementedError
+
+    def face_state(self, frames: FrameBatch, targets: Sequence[Sequence[Face]]) -> FloatArray | None:
+        """Per-face state for :meth:`transform`, one row per aligned face in order; ``None``: none (the default)."""
+        return None
 
     def process(self, frames: FrameBatch) -> FrameBatch:
         """The frames with every targeted face transformed."""
@@ -86,34 +131,92 @@ class CropPasteProcessor:
 
     def _align(self, work: Work) -> Work:
         assert work.targets is not None
-        work.state = gather_crops(work.frames, work.targets, self._model.template, self._model.size)
+        targets: Sequence[Sequence[Face]] = work.targets
+        landmarks = None
+        if self.landmarker is not None:
+            found = self.landmarker.landmarks(work.frames, targets)
+            targets, points = found.faces, found.points
+        faces = gather_crops(work.frames, targets, self._model.template, self.crop_size)
+        if self.landmarker is not None and len(faces):
+            landmarks = np.stack(
+                [p.astype(np.float64) @ m[:, :2].T + m[:, 2] for p, m in zip(points, faces.transforms, strict=True)]
+            ).astype(np.float32)
+        state = self.face_state(work.frames, targets) if len(faces) else None
+        work.state = Aligned(faces, landmarks, state)
         return work
 
     def _transform(self, work: Work) -> Work:
-        faces = work.state
-        assert isinstance(faces, FaceCrops)
+        aligned = work.state
+        assert isinstance(aligned, Aligned)
+        faces = aligned.faces
         if len(faces):
-            work.state = faces, self.batches.map(faces.crops, self.transform)
+            before = self.masker.before(faces.crops) if self.masker is not None else None
+            if aligned.state is None:
+                transformed = self.batches.map(faces.crops, self.transform)
+            else:
+                state, done = aligned.state, [0]
+
+                def step(part: Crops) -> Crops:
+                    # map hands consecutive slices in order (a slice that ran out of memory comes again, smaller)
+                    start = done[0]
+                    result = self.transform(part, state[start : start + len(part)])
+                    done[0] = start + len(part)
+                    return result
+
+                transformed = self.batches.map(faces.crops, step)
+            masks = self.mask
+            if self.masker is not None and transformed.shape[1] == faces.crops.shape[1]:
+                masks = self.masker.combine(transformed, before=before, landmarks=aligned.landmarks)
+                if self.mask_scale != 1.0:
+                    masks = masks * np.float32(self.mask_scale)
+            work.state = Transformed(faces, transformed, masks)
             logger.debug("%s %s faces in %s frames", self.verb, len(faces), len(work.frames))
         if self._reporter is not None:
             self._reporter.check()
         return work
 
     def _paste(self, work: Work) -> Work:
-        if isinstance(work.state, tuple):
-            faces, transformed = work.state
-            work.frames = paste_crops(work.frames, faces, transformed, self.mask)
+        if isinstance(work.state, Transformed):
+            done = work.state
+            work.frames = paste_crops(work.frames, done.faces, done.transformed, done.masks)
         work.state = None
         return work
 
 
-def common_arguments(context: ProcessorContext, model: CropModel) -> dict[str, Any]:
-    """The arguments every crop-and-paste processor takes from a job's context."""
+def common_arguments(
+    context: ProcessorContext,
+    model: CropModel,
+    *,
+    crop_size: int | None = None,
+    mask_types: Collection[MaskType] | None = None,
+    landmarks: bool = True,
+) -> dict[str, Any]:
+    """The arguments every crop-and-paste processor takes from a job's context: batching, the paste-back masks
+    (``face.mask_types``, or ``mask_types`` where the processor takes only some), the landmarker where the area
+    mask or ``face.landmarker_score`` asks for it (unless ``landmarks`` is false), and the reporter of them all.
+
+    Raises:
+        InvalidOptionsError: no mask type chosen.
+        ModelError: a mask or landmark model cannot be found or downloaded.
+    """
     face = context.options.face
+    settings = context.settings
+    size = crop_size or model.size
+    masked = face if mask_types is None else face.model_copy(update={"mask_types": list(mask_types)})
+    masker = FaceMasker.from_options(masked, settings, size)
+    landmarker = (
+        FaceLandmarker.load(settings, min_score=face.landmarker_score)
+        if landmarks and (masker.needs_landmarks or face.landmarker_score > 0)
+        else None
+    )
+    sources = [model.degradations, masker.degradations] + ([landmarker.degradations] if landmarker else [])
     return {
-        "batch_size": context.settings.batch_size,
+        "batch_size": settings.batch_size,
         "batches": model.batches,
         "mask_blur": face.mask_blur,
         "mask_padding": face.mask_padding,
-        "reporter": Reporter(context.report, model.degradations),
+        "reporter": Reporter(context.report, *sources),
+        "crop_size": size,
+        "masker": masker,
+        "landmarker": landmarker,
     }
