@@ -1,7 +1,7 @@
-"""Media probing with ffprobe: what the file is, and where each video frame sits in time.
+"""Media probing with ffprobe: what the file is (:func:`probe`, :func:`probe_image`).
 
-The API uses :func:`probe` to refuse what is not a video before anything is stored; the planner uses
-:func:`scan_frames` to cut frame-exact chunks without decoding.
+The API uses :func:`probe` to refuse what is not a video before anything is stored; where each video frame sits in
+time is :mod:`shared.frame_scan`'s.
 
 Every read of a user's file names the demuxers it may use (:data:`TARGET_DEMUXERS`, plain media containers) and
 the protocols (``file`` and ``pipe``): playlists and scripts that open other files — HLS, DASH, ``ffconcat`` — are
@@ -15,7 +15,6 @@ import json
 import math
 import re
 import subprocess
-import threading
 from dataclasses import asdict, dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -23,7 +22,7 @@ from typing import Any
 
 from shared.errors import FfmpegError, MediaFormatError, MediaLimitError, NotAVideoError, UnreadableMediaError
 from shared.images import ImageHeader, read_header
-from shared.processes import StderrTail, child_env
+from shared.processes import child_env
 
 FFPROBE = "ffprobe"
 
@@ -123,13 +122,13 @@ def _run_ffprobe(args: list[str], timeout: float = PROBE_TIMEOUT) -> str:
         raise FfmpegError("ffprobe is not installed", code="ffmpeg_missing") from exc
     except subprocess.TimeoutExpired as exc:
         raise UnreadableMediaError("ffprobe timed out reading the file") from exc
-    _check_stderr(done.stderr)
+    check_stderr(done.stderr)
     if done.returncode != 0:
         raise UnreadableMediaError("not a readable media file")
     return done.stdout
 
 
-def _check_stderr(stderr: str) -> None:
+def check_stderr(stderr: str) -> None:
     if _REFUSED_FORMAT.search(stderr):
         raise MediaFormatError(
             "the file is not a plain media file the farm reads (MP4/MOV, Matroska/WebM, AVI or MPEG-TS); "
@@ -142,7 +141,7 @@ def _check_stderr(stderr: str) -> None:
         )
 
 
-def _number(value: Any) -> float | None:
+def as_number(value: Any) -> float | None:
     """A finite number from ffprobe's JSON (which writes numbers as strings), else ``None``."""
     try:
         number = float(value)
@@ -159,14 +158,14 @@ def _rotation(stream: dict[str, Any]) -> int:
     """
     for side in stream.get("side_data_list", []):
         if "rotation" in side:
-            degrees = _number(side["rotation"])
+            degrees = as_number(side["rotation"])
             if degrees is None:
                 raise UnreadableMediaError("the video's rotation is not a number", code="media_metadata_invalid")
             return int(round(degrees)) % 360
     tag = stream.get("tags", {}).get("rotate")
     if not tag:
         return 0
-    degrees = _number(tag)
+    degrees = as_number(tag)
     if degrees is None:
         raise UnreadableMediaError("the video's rotation tag is not a number", code="media_metadata_invalid")
     return int(round(degrees)) % 360
@@ -212,15 +211,15 @@ def probe(path: Path, demuxer: str | None = None) -> MediaInfo:
     )
     if video is None:
         raise NotAVideoError("the target has no video stream")
-    width, height = int(_number(video.get("width")) or 0), int(_number(video.get("height")) or 0)
+    width, height = int(as_number(video.get("width")) or 0), int(as_number(video.get("height")) or 0)
     if width <= 0 or height <= 0:
         raise NotAVideoError("the video stream has no frame size")
     rotation = _rotation(video)
     if rotation in (90, 270):
         width, height = height, width
-    duration = _number(video.get("duration"))
+    duration = as_number(video.get("duration"))
     if duration is None:
-        duration = _number(fmt.get("duration"))
+        duration = as_number(fmt.get("duration"))
     if duration is not None and duration < 0:
         raise UnreadableMediaError("the video declares a negative duration", code="media_duration_invalid")
     duration = duration or 0.0
@@ -234,9 +233,9 @@ def probe(path: Path, demuxer: str | None = None) -> MediaInfo:
             code="media_rate_invalid",
         )
     audio = next((s for s in streams if s.get("codec_type") == "audio"), None)
-    start = _number(fmt.get("start_time"))
+    start = as_number(fmt.get("start_time"))
     if start is None:
-        start = _number(video.get("start_time"))
+        start = as_number(video.get("start_time"))
     return MediaInfo(
         width=width,
         height=height,
@@ -250,136 +249,6 @@ def probe(path: Path, demuxer: str | None = None) -> MediaInfo:
         has_audio=audio is not None,
         audio_codec=str(audio.get("codec_name")) if audio else None,
         container=container,
-    )
-
-
-@dataclass(frozen=True)
-class FrameScan:
-    """The video frames of a file as its packets give them (see :func:`scan_frames`)."""
-
-    times: list[float]  # presentation times (seconds) in display order
-    keyframes: list[int]  # display indices of the keyframes
-    untimed: int = 0  # packets without a presentation time: every frame was timed by its decode time instead
-    dropped: int = 0  # packets without any time: left out
-
-    @property
-    def span(self) -> float:
-        """Seconds from the first frame to the last."""
-        return self.times[-1] - self.times[0] if self.times else 0.0
-
-
-def frame_times(path: Path, *, declared: int | None = None, demuxer: str | None = None) -> list[float]:
-    """Presentation times (seconds) of every video frame, in display order; see :func:`scan_frames`."""
-    return scan_frames(path, declared=declared, demuxer=demuxer).times
-
-
-def frame_index(
-    path: Path, *, declared: int | None = None, demuxer: str | None = None
-) -> tuple[list[float], list[int]]:
-    """Presentation times of every video frame and the keyframes' display indices; see :func:`scan_frames`."""
-    scan = scan_frames(path, declared=declared, demuxer=demuxer)
-    return scan.times, scan.keyframes
-
-
-SCAN_TIMEOUT = 1800.0
-
-
-def scan_frames(
-    path: Path,
-    *,
-    declared: int | None = None,
-    demuxer: str | None = None,
-    max_frames: int | None = None,
-    max_seconds: float | None = None,
-) -> FrameScan:
-    """Presentation times (seconds) of every video frame in display order, and the display indices of the
-    keyframes (where decoding can start), read from packets (no decoding) — what the file holds, whatever its
-    header says.
-
-    ffprobe's packet lines are read as they come and counted: past ``max_frames`` frames or ``max_seconds`` of
-    frames the scan stops at once, so a hostile file costs the scan no more than the limits. Packets the demuxer
-    marks as discarded (before an edit list's start) are not frames of the video. When some packets carry no
-    presentation time (AVI with B-frames), every frame is timed by its decode time instead (``untimed``); a packet
-    with no time at all is left out (``dropped``). ``declared`` is the frame count the header states: a file with
-    fewer packets than that ends early — a truncated upload, whose header still describes the whole video.
-
-    Raises:
-        UnreadableMediaError: ``media_truncated``: fewer packets than ``declared``.
-        MediaLimitError: ``too_many_frames`` / ``media_too_long``: the file holds more than a limit.
-        MediaFormatError: the file is not in the whitelisted containers.
-    """
-    args = [FFPROBE, "-v", "error", "-select_streams", "v:0", "-show_entries", "packet=pts_time,dts_time,flags",
-            "-of", "csv=p=0", *input_args(path, demuxer, (demuxer,) if demuxer else TARGET_DEMUXERS)]  # fmt: skip
-    try:
-        proc = subprocess.Popen(
-            args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=child_env()
-        )
-    except FileNotFoundError as exc:
-        raise FfmpegError("ffprobe is not installed", code="ffmpeg_missing") from exc
-    assert proc.stdout is not None and proc.stderr is not None
-    stderr = StderrTail(proc.stderr, name="ffprobe-stderr")
-    timer = threading.Timer(SCAN_TIMEOUT, proc.kill)
-    timer.daemon = True
-    timer.start()
-    packets: list[tuple[float | None, float | None, bool]] = []
-    discarded = 0
-    low, high = math.inf, -math.inf
-    try:
-        for raw in proc.stdout:
-            line = raw.decode(errors="replace").strip()
-            if not line:
-                continue
-            pts_text, dts_text, flags = (line.split(",") + ["", "", ""])[:3]
-            if "D" in flags:
-                discarded += 1  # counted against the header, but not a frame
-                continue
-            pts, dts = _number(pts_text), _number(dts_text)
-            packets.append((pts, dts, "K" in flags))
-            if max_frames is not None and len(packets) > max_frames:
-                raise MediaLimitError(
-                    f"the video holds more than {max_frames} frames, the limit", code="too_many_frames"
-                )
-            moment = pts if pts is not None else dts
-            if moment is not None:
-                low, high = min(low, moment), max(high, moment)
-                if max_seconds is not None and high - low > max_seconds:
-                    raise MediaLimitError(
-                        f"the video holds more than {max_seconds:.0f}s of frames, the limit", code="media_too_long"
-                    )
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        code = proc.wait()
-        timer.cancel()
-        proc.stdout.close()
-    _check_stderr(stderr.text())
-    if code != 0 and not packets:
-        raise UnreadableMediaError("not a readable media file")
-    if declared is not None and len(packets) + discarded < declared:
-        raise UnreadableMediaError(
-            f"the file ends after {len(packets) + discarded} of the {declared} frames its header declares (truncated?)",
-            code="media_truncated",
-        )
-    return _index(packets)
-
-
-def _index(packets: list[tuple[float | None, float | None, bool]]) -> FrameScan:
-    untimed = sum(1 for pts, _, _ in packets if pts is None)
-    by_decode = untimed > 0  # one clock for every frame: mixing the two would misplace the ones with both
-    timed: list[tuple[float, bool]] = []
-    dropped = 0
-    for pts, dts, key in packets:
-        moment = dts if by_decode else pts
-        if moment is None:
-            dropped += 1
-            continue
-        timed.append((moment, key))
-    timed.sort()
-    return FrameScan(
-        times=[t for t, _ in timed],
-        keyframes=[i for i, (_, key) in enumerate(timed) if key],
-        untimed=untimed,
-        dropped=dropped,
     )
 
 
@@ -417,6 +286,6 @@ def probe_image(path: Path, label: str, *, max_pixels: int | None = None) -> Ima
         raise SourceImageError(f"{label} is not a still image")
     if str(streams[0].get("nb_read_packets")) != "1":
         raise SourceImageError(f"{label} holds several images; a source is one still image")
-    if int(_number(streams[0].get("width")) or 0) <= 0:
+    if int(as_number(streams[0].get("width")) or 0) <= 0:
         raise SourceImageError(f"{label} has no pixels")
     return header

@@ -17,9 +17,10 @@ from shared import jobs
 from shared.db import session_scope
 from shared.dispatch import send_all
 from shared.errors import LeaseLostError, NoFramesError, SwapfarmError, TrimUnsupportedError
+from shared.frame_scan import FrameScan, scan_frames
 from shared.framing import frame_range
 from shared.jobs import ChunkPlan
-from shared.media import FrameScan, MediaInfo, probe, scan_frames
+from shared.media import MediaInfo, probe
 from shared.options import JobOptions
 from shared.tasks import RENDER_CHUNK, message
 from workers import content, frame_index, notices

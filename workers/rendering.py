@@ -23,9 +23,10 @@ from shared import events, fairness, jobs
 from shared.db import session_scope
 from shared.dispatch import send_all
 from shared.errors import FfmpegError, LeaseLostError, ProcessorError, SwapfarmError
+from shared.frame_scan import frame_times
 from shared.framing import output_size
 from shared.log_context import job_context
-from shared.media import MediaInfo, frame_times
+from shared.media import MediaInfo
 from shared.options import JobOptions
 from shared.tasks import RENDER_CHUNK, STITCH, message
 from workers import codecs, ffmpeg, notices

@@ -19,8 +19,9 @@ from shared.db import session_scope
 from shared.dispatch import send_all
 from shared.errors import LeaseLostError, StitchMismatchError, SwapfarmError
 from shared.events import EventKind, record
+from shared.frame_scan import frame_times
 from shared.framing import FrameRange, frame_range, output_rate, output_size, resampled_frames
-from shared.media import MediaInfo, frame_times
+from shared.media import MediaInfo
 from shared.options import JobOptions
 from shared.states import JobStatus
 from workers import ffmpeg, frame_index, mp4_timing, notices, stills

@@ -21,7 +21,8 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
 from shared.db import session_scope
-from shared.media import frame_times, probe
+from shared.frame_scan import frame_times
+from shared.media import probe
 from shared.models import Chunk, Job
 from shared.settings import Settings
 from tests.integration.conftest import download, submit, wait_finished

@@ -17,7 +17,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from shared.broker import make_celery
-from shared.media import frame_times
+from shared.frame_scan import frame_times
 from shared.options import JobOptions
 from shared.settings import Settings
 from tests.integration.conftest import BLUR, download, events_of, submit, wait_finished, with_face_models

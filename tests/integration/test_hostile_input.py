@@ -21,7 +21,7 @@ from api.app import create_app
 from shared import reaper
 from shared.broker import broker_contents, make_celery
 from shared.db import session_scope
-from shared.media import frame_times
+from shared.frame_scan import frame_times
 from shared.models import Chunk, Job
 from shared.schema import grant_worker_role
 from shared.settings import Settings

@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 
 from shared.db import session_scope
-from shared.media import frame_times
+from shared.frame_scan import frame_times
 from shared.models import Chunk
 from shared.settings import Settings
 from tests.integration.conftest import download, submit, wait_finished, with_face_models

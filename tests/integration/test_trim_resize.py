@@ -17,7 +17,8 @@ import numpy.typing as npt
 import pytest
 from fastapi.testclient import TestClient
 
-from shared.media import frame_times, probe
+from shared.frame_scan import frame_times
+from shared.media import probe
 from shared.settings import Settings
 from shared.storage import Storage
 from tests.integration.conftest import download, submit, wait_finished, with_face_models

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from shared.errors import MediaFormatError, MediaLimitError, NotAVideoError, SourceImageError, UnreadableMediaError
-from shared.media import probe, probe_image, scan_frames
+from shared.frame_scan import scan_frames
+from shared.media import probe, probe_image
 from tests.support import hostile
 from tests.support.media import make_clip
 

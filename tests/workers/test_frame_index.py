@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from shared.media import frame_times
+from shared.frame_scan import frame_times
 from shared.storage import Storage
 from tests.support.media import make_clip
 from workers import frame_index
