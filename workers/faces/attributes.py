@@ -17,13 +17,12 @@ import numpy.typing as npt
 
 from shared.options import Gender, SelectorOrder
 from shared.settings import Settings
-from workers.engines.base import Degradation, Engine
-from workers.engines.batching import FittedBatches, Indices, run_in_batches
-from workers.engines.loading import LoadedModel, load_model
+from workers.engines.base import Engine
+from workers.engines.batching import FittedBatches, Indices
+from workers.engines.loading import LoadedModel
+from workers.faces.crop_model import CropModel, load_heavy
 from workers.faces.cropping import gather_crops
 from workers.faces.detection import Face
-from workers.faces.tensors import CropFormat
-from workers.models.download import resolve
 from workers.models.registry import REGISTRY, ModelSpec
 
 logger = logging.getLogger(__name__)
@@ -76,7 +75,7 @@ class FaceAttributes:
     age: tuple[int, int]
 
 
-class FaceClassifier:
+class FaceClassifier(CropModel):
     """FairFace over every face of a batch of frames in one model call (or in batches fitted to memory)."""
 
     def __init__(
@@ -88,12 +87,14 @@ class FaceClassifier:
         batches: FittedBatches | None = None,
         loaded: LoadedModel | None = None,
     ) -> None:
-        self._spec = spec
-        self._engine = engine
-        self._format = CropFormat.of(spec)
-        self._fixed_batch = fixed_batch
-        self.batches = batches or FittedBatches(32)
-        self._loaded = loaded
+        super().__init__(
+            spec,
+            engine,
+            inputs=spec.input_names[:1],
+            fixed_batch=fixed_batch,
+            batches=batches or FittedBatches(32),
+            loaded=loaded,
+        )
 
     @classmethod
     def load(cls, settings: Settings) -> FaceClassifier:
@@ -103,12 +104,8 @@ class FaceClassifier:
             ModelError: the model cannot be found, verified or loaded.
         """
         spec = REGISTRY["fairface"]
-        loaded = load_model(resolve(spec.name, settings), settings, name=spec.name, batch_input=spec.input_names[0])
+        _, loaded = load_heavy(spec, settings, batch_input=spec.input_names[0])
         return cls(spec, loaded.engine, fixed_batch=loaded.fixed_batch, batches=loaded.batches, loaded=loaded)
-
-    def degradations(self) -> list[Degradation]:
-        """The slower paths the model is on, if it was loaded here."""
-        return self._loaded.degradations() if self._loaded is not None else []
 
     def classify(
         self, frames: Frames | Sequence[Frames], faces_per_frame: Sequence[Sequence[Face]]
@@ -118,16 +115,18 @@ class FaceClassifier:
         found: list[FaceAttributes] = []
         if len(crops):
             tensor = self._format.to_tensor(crops.crops)
-            name = self._spec.input_names[0]
+            name = self._model.input_names[0]
+            batches = self.batches
+            assert batches is not None
 
             def run(part: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
                 def inputs(items: Indices) -> dict[str, npt.NDArray[np.generic]]:
                     return {name: part[items]}
 
-                outputs = run_in_batches(self._engine, len(part), inputs, self._fixed_batch)
+                outputs = self._outputs(len(part), inputs)
                 return np.stack([np.asarray(o).reshape(len(part)) for o in outputs[1:3]], axis=1).astype(np.float32)
 
-            ids = self.batches.map(tensor, run).astype(np.int64)
+            ids = batches.map(tensor, run).astype(np.int64)
             found = [
                 FaceAttributes(GENDERS[int(gender) % 2], AGE_BRACKETS[int(np.clip(age, 0, len(AGE_BRACKETS) - 1))])
                 for gender, age in ids

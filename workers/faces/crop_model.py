@@ -1,4 +1,4 @@
-"""The base of every loaded model of aligned face crops: swappers, enhancers and recognisers.
+"""The base of every loaded model of aligned face crops: swappers, enhancers, recognisers and the classifier.
 
 What they share is here once: the registry entry (template, crop size, normalisation, colour order, through
 :class:`~workers.faces.tensors.CropFormat`), the engine and the inputs it must have, loading a heavy model on the
