@@ -127,7 +127,12 @@ def probe() -> CodecSupport:
     """Run the probes (in parallel: each is a short ffmpeg process) and return what works here."""
     try:
         listing = subprocess.run(
-            ["ffmpeg", "-hide_banner", "-encoders"], capture_output=True, text=True, timeout=PROBE_TIMEOUT, check=True
+            ["ffmpeg", "-hide_banner", "-encoders"],
+            capture_output=True,
+            text=True,
+            timeout=PROBE_TIMEOUT,
+            check=True,
+            env=child_env(),
         ).stdout
     except (OSError, subprocess.SubprocessError) as error:
         return CodecSupport(decode_reason=f"ffmpeg is not usable: {error}")

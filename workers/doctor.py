@@ -24,6 +24,7 @@ from rich.text import Text
 from shared.errors import ModelError
 from shared.families import GPU_FAMILIES, AcceleratorFamily
 from shared.options import Enhancer, Swapper, choices
+from shared.processes import child_env
 from shared.settings import Settings
 from workers import codecs
 from workers.engines.capability import probe_cpu
@@ -66,7 +67,9 @@ def hardware_codecs(listing: str) -> list[str]:
 
 def _ffmpeg(*args: str) -> str:
     # Listing commands whose output is the answer; the render path runs ffmpeg through workers.ffmpeg.run.
-    done = subprocess.run(["ffmpeg", "-hide_banner", *args], capture_output=True, text=True, timeout=30, check=True)
+    done = subprocess.run(
+        ["ffmpeg", "-hide_banner", *args], capture_output=True, text=True, timeout=30, check=True, env=child_env()
+    )
     return done.stdout
 
 
