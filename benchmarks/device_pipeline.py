@@ -29,8 +29,8 @@ from tests.support.faces import cpu_settings
 from workers.device.blurring import blur_faces_in_planes
 from workers.device.colour import yuv420_to_bgr
 from workers.faces.detection import Face, FaceDetector
-from workers.ffmpeg import decode_args
 from workers.processors.face_blur import blur_faces
+from workers.video.ffmpeg import decode_args
 
 STRENGTH = 0.5
 Faces = Sequence[Sequence[Face]]

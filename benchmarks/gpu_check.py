@@ -65,9 +65,9 @@ from workers.engines.compiling import conversion, use_compile_cache  # noqa: E40
 from workers.engines.memory import DeviceMemory, fitted_batch, memory_for  # noqa: E402
 from workers.engines.onnx_to_torch import convert  # noqa: E402
 from workers.engines.torch_engine import TorchEngine  # noqa: E402
-from workers.frames import FrameReader, FrameWriter  # noqa: E402
 from workers.pipeline import stages_of  # noqa: E402
 from workers.processors import ProcessorContext, Work, build  # noqa: E402
+from workers.video.pipes import FrameReader, FrameWriter  # noqa: E402
 
 # The reference media and models lie beside the checkout (shared/data of the project's workspace).
 DATA_CANDIDATES = (ROOT.parent / "shared" / "data", ROOT / "shared" / "data")

@@ -3,7 +3,7 @@
 A job renders the frames ``[trim_start_frame, trim_end_frame)`` of its target: the start is included and the end
 is not, as FaceFusion's ``trim_frame_start`` / ``trim_frame_end``, FFmpeg's ``trim`` filter and Python slices
 count them; frames 50–149 are ``trim_start_frame=50, trim_end_frame=150``, 100 frames. Frame numbers are display
-order from 0, as the planner counts them (``shared.frame_scan.scan_frames``).
+order from 0, as the planner counts them (``workers.video.frame_scan.scan_frames``).
 
 ``output_height`` scales the frames before the processors see them (FaceFusion's frames are extracted at the
 output resolution too): a smaller output costs less to render. The width keeps the displayed aspect, rounded to

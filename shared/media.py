@@ -1,7 +1,7 @@
 """Media probing with ffprobe: what the file is (:func:`probe`, :func:`probe_image`).
 
 The API uses :func:`probe` to refuse what is not a video before anything is stored; where each video frame sits in
-time is :mod:`shared.frame_scan`'s.
+time is :mod:`workers.video.frame_scan`'s.
 
 Every read of a user's file names the demuxers it may use (:data:`TARGET_DEMUXERS`, plain media containers) and
 the protocols (``file`` and ``pipe``): playlists and scripts that open other files — HLS, DASH, ``ffconcat`` — are
@@ -20,11 +20,9 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from shared.errors import FfmpegError, MediaFormatError, MediaLimitError, NotAVideoError, UnreadableMediaError
+from shared.errors import MediaFormatError, MediaLimitError, NotAVideoError, UnreadableMediaError
 from shared.images import ImageHeader, read_header
-from shared.processes import child_env
-
-FFPROBE = "ffprobe"
+from shared.processes import FFPROBE, capture
 
 # The container families a render farm accepts, by their demuxers' first names (FFmpeg matches a whitelist entry
 # against any of a demuxer's names: "mov" admits "mov,mp4,m4a,3gp,3g2,mj2"), and the extension each is stored with.
@@ -110,22 +108,19 @@ def _run_ffprobe(args: list[str], timeout: float = PROBE_TIMEOUT) -> str:
     """ffprobe's output.
 
     Raises:
+        FfmpegError: ``ffmpeg_missing``: ffprobe is not installed.
         MediaFormatError: the file is a format outside the whitelist the arguments name.
         MediaLimitError: ``resolution_too_large``: the file declares frames larger than FFmpeg decodes.
         UnreadableMediaError: ffprobe cannot read the file.
     """
     try:
-        done = subprocess.run(
-            [FFPROBE, "-v", "error", *args], capture_output=True, text=True, timeout=timeout, env=child_env()
-        )
-    except FileNotFoundError as exc:
-        raise FfmpegError("ffprobe is not installed", code="ffmpeg_missing") from exc
+        done = capture([FFPROBE, "-v", "error", *args], timeout=timeout)
     except subprocess.TimeoutExpired as exc:
         raise UnreadableMediaError("ffprobe timed out reading the file") from exc
-    check_stderr(done.stderr)
+    check_stderr(done.stderr.decode(errors="replace"))
     if done.returncode != 0:
         raise UnreadableMediaError("not a readable media file")
-    return done.stdout
+    return done.stdout.decode(errors="replace")
 
 
 def check_stderr(stderr: str) -> None:

@@ -1,5 +1,10 @@
-"""Child processes that read users' files (ffmpeg, ffprobe): what they may see, and how their stderr is read.
+"""Child processes that read users' files (ffmpeg, ffprobe): the one place they start, what they may see, and
+how their stderr is read.
 
+* :func:`start`, :func:`run`, :func:`capture`: the only functions of the farm that start a process, and the only
+  programs they start are :data:`FFMPEG` and :data:`FFPROBE` (``tests/test_modules.py`` walks the source and fails
+  when another module starts one). They are here, not among the workers' video modules (``workers.video``),
+  because the API probes uploads with ffprobe too (``shared.media``), and the API never imports worker code.
 * :func:`child_env`: a child gets a minimal environment — what it needs to find its binaries and libraries and
   to reach the GPU — never the process's own settings (database URL, broker password, S3 secret …).
 * :class:`StderrTail`: a thread drains a child's stderr as it comes, keeping only its last bytes. A decoder fed a
@@ -9,13 +14,24 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import subprocess
 import threading
 from collections import deque
 from collections.abc import Mapping
 from typing import IO
 
-__all__ = ["CHILD_ENV_NAMES", "StderrTail", "child_env"]
+from shared.errors import FfmpegError, FfmpegMissingError
+
+__all__ = ["CHILD_ENV_NAMES", "FFMPEG", "FFPROBE", "StderrTail", "capture", "child_env", "run", "start"]
+
+logger = logging.getLogger(__name__)
+
+FFMPEG = "ffmpeg"
+FFPROBE = "ffprobe"
+PROGRAMS = frozenset({FFMPEG, FFPROBE})
+"""The programs the farm starts: nothing else is ever run."""
 
 # Variables a child keeps: the search paths, the locale and time zone, a temporary folder, and the variables that
 # select and expose GPUs (NVENC/NVDEC need the driver's libraries on LD_LIBRARY_PATH in the CUDA images).
@@ -90,3 +106,73 @@ class StderrTail:
         with self._lock:
             data = b"".join(self._blocks)
         return data[-self._limit :].decode(errors="replace")
+
+
+def _checked(args: list[str]) -> list[str]:
+    if not args or args[0] not in PROGRAMS:
+        raise ValueError(f"the farm starts only {sorted(PROGRAMS)}, not {args[:1]}")
+    return args
+
+
+def start(
+    args: list[str], *, name: str, stdin: bool = False, stdout: bool = False
+) -> tuple[subprocess.Popen[bytes], StderrTail]:
+    """Start ``args`` (an ffmpeg or ffprobe command line, never a shell string): the one way a long-running child
+    starts. It gets the minimal environment of a child (:func:`child_env`), pipes for stdin and stdout where asked
+    (else nothing to read and nowhere to write), and its stderr drained as it comes into a bounded tail (thread
+    ``name``).
+
+    Raises:
+        FfmpegError: ``ffmpeg_missing``: the program is not installed.
+    """
+    logger.debug("running %s", args)
+    try:
+        proc = subprocess.Popen(
+            _checked(args),
+            stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+            stdout=subprocess.PIPE if stdout else subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env=child_env(),
+        )
+    except FileNotFoundError as exc:
+        raise FfmpegMissingError(f"{args[0]} is not installed") from exc
+    assert proc.stderr is not None
+    return proc, StderrTail(proc.stderr, name=name)
+
+
+def run(args: list[str], *, what: str, timeout: float | None = None) -> None:
+    """Run a command that writes files (:func:`start`) to completion.
+
+    Raises:
+        FfmpegError: the program is missing, timed out or exited non-zero; the message keeps stderr's tail.
+    """
+    proc, stderr = start(args, name=f"{args[0]}-stderr")
+    assert proc.stderr is not None
+    try:
+        code = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        proc.kill()
+        proc.wait()
+        raise FfmpegError(f"{what}: {args[0]} timed out") from exc
+    finally:
+        stderr.join()
+        proc.stderr.close()
+    if code != 0:
+        raise FfmpegError(f"{what}: {args[0]} exited with {code}", stderr=stderr.text())
+
+
+def capture(args: list[str], *, timeout: float) -> subprocess.CompletedProcess[bytes]:
+    """Run a command whose output is the answer (a probe, a listing) and return it, stdout and stderr captured
+    whole: for short outputs only (long ones go through :func:`start`, whose stderr is bounded).
+
+    Raises:
+        FfmpegError: ``ffmpeg_missing``: the program is not installed.
+        subprocess.TimeoutExpired: it ran past ``timeout`` seconds (it was killed).
+    """
+    logger.debug("running %s", args)
+    try:
+        return subprocess.run(
+            _checked(args), stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout, env=child_env(), check=False
+        )
+    except FileNotFoundError as exc:
+        raise FfmpegMissingError(f"{args[0]} is not installed") from exc

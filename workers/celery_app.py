@@ -25,11 +25,12 @@ from shared.errors import LeaseLostError, RetryableError, WorkerNameTakenError
 from shared.settings import Settings
 from shared.storage import Storage
 from shared.tasks import CONTROL_QUEUE, STITCH_QUEUE, TASKS, TaskSpec, render_queue
-from workers import codecs, presence
+from workers import presence
 from workers.engines.family import detect_family
 from workers.metrics import WorkerMetrics, serve
 from workers.runtime import Runtime
 from workers.steps import run_step
+from workers.video import codecs
 
 logger = logging.getLogger(__name__)
 
@@ -114,7 +115,7 @@ def create_app(settings: Settings) -> Celery:
         )
 
     # The codec probe (short ffmpeg processes, no CUDA) runs once as the worker starts, in its main process: the
-    # pool's children inherit the result (``workers.codecs``).
+    # pool's children inherit the result (``workers.video.codecs``).
     signals.worker_init.connect(lambda **_: codecs.probed(), weak=False, dispatch_uid=f"swapfarm-{id(app)}-codecs")
 
     @lru_cache(maxsize=4)

@@ -27,14 +27,14 @@ import numpy.typing as npt
 from shared.errors import ContentRefusedError
 from shared.media import MediaInfo, input_args
 from shared.settings import Settings
-from workers import ffmpeg
 from workers.engines.base import Engine
 from workers.engines.batching import Indices, run_in_batches
 from workers.engines.loading import load_model
 from workers.faces.tensors import crops_to_tensor
-from workers.ffmpeg import FFMPEG
 from workers.models.download import resolve
 from workers.models.registry import REGISTRY, ModelSpec
+from workers.video import ffmpeg
+from workers.video.ffmpeg import FFMPEG
 
 logger = logging.getLogger(__name__)
 

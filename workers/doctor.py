@@ -2,7 +2,7 @@
 
 :func:`diagnose` gathers facts (accelerator family and devices, torch and ONNX Runtime with their providers, the
 engine each heavy model gets, ffmpeg with its hardware encoders and decoders and which of them work — probed by a
-one-frame encode and decode, :mod:`workers.codecs` — the compile cache) and judges
+one-frame encode and decode, :mod:`workers.video.codecs` — the compile cache) and judges
 them: a *warning* is something that works but not as configured (CUDA asked for, CPU used), an *error* something
 a worker cannot do without (no ffmpeg, no usable ONNX Runtime provider). :func:`render` prints the report.
 The parsing of ffmpeg's listings is pure (:func:`hardware_codecs`), tested without running ffmpeg.
@@ -21,15 +21,14 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from shared.errors import ModelError
+from shared.errors import FfmpegError, ModelError
 from shared.families import GPU_FAMILIES, AcceleratorFamily
 from shared.options import Enhancer, Swapper, choices
-from shared.processes import child_env
 from shared.settings import Settings
-from workers import codecs
 from workers.engines.capability import probe_cpu
 from workers.engines.family import detect_family, torch_build
 from workers.engines.loading import EngineChoice, choose_engine, compile_mode, max_batch
+from workers.video import codecs
 
 HARDWARE_CODECS = re.compile(r"nvenc|cuvid|_nvdec|vaapi|qsv|amf|videotoolbox|v4l2m2m|_mf\b|_vulkan|rkmpp|_d3d12va")
 """Names of ffmpeg encoders and decoders that use hardware."""
@@ -66,11 +65,7 @@ def hardware_codecs(listing: str) -> list[str]:
 
 
 def _ffmpeg(*args: str) -> str:
-    # Listing commands whose output is the answer; the render path runs ffmpeg through workers.ffmpeg.run.
-    done = subprocess.run(
-        ["ffmpeg", "-hide_banner", *args], capture_output=True, text=True, timeout=30, check=True, env=child_env()
-    )
-    return done.stdout
+    return codecs.listing_of(*args, timeout=30)
 
 
 def _ffmpeg_section(report: Report, family: AcceleratorFamily) -> None:
@@ -78,7 +73,7 @@ def _ffmpeg_section(report: Report, family: AcceleratorFamily) -> None:
         version = _ffmpeg("-version").splitlines()[0].split(" Copyright")[0]
         hwaccels = [line.strip() for line in _ffmpeg("-hwaccels").splitlines()[1:] if line.strip()]
         encoders, decoders = hardware_codecs(_ffmpeg("-encoders")), hardware_codecs(_ffmpeg("-decoders"))
-    except (OSError, subprocess.SubprocessError) as error:
+    except (OSError, FfmpegError, subprocess.SubprocessError) as error:
         report.errors.append(f"ffmpeg is not usable ({error}): a worker cannot decode or encode")
         return
     report.add("ffmpeg", "version", version)

@@ -1,7 +1,7 @@
 """A chunk's processors as overlapping stages: each stage on a thread of its own, joined by bounded queues.
 
-Decoding (the :class:`~workers.frames.FrameReader`'s thread) → face detection, once per frame for the whole chain →
-each processor's stages (align, run the model, paste back) → encoding (the :class:`~workers.frames.FrameWriter`'s
+Decoding (the :class:`~workers.video.pipes.FrameReader`'s thread) → face detection, once per frame for the whole chain →
+each processor's stages (align, run the model, paste back) → encoding (the :class:`~workers.video.pipes.FrameWriter`'s
 thread). numpy, OpenCV, ONNX Runtime and torch release the GIL while they compute, so while the model runs on one
 batch the next is decoded, detected and aligned and the one before is pasted back and encoded: the model waits on
 neither I/O nor Python. Each stage takes batches in order from one queue and hands them on in order, so frames come

@@ -17,16 +17,17 @@ from shared import jobs
 from shared.db import session_scope
 from shared.dispatch import send_all
 from shared.errors import LeaseLostError, NoFramesError, SwapfarmError, TrimUnsupportedError
-from shared.frame_scan import FrameScan, scan_frames
 from shared.framing import frame_range
 from shared.jobs import ChunkPlan
 from shared.media import MediaInfo, probe
 from shared.options import JobOptions
 from shared.tasks import RENDER_CHUNK, message
-from workers import content, frame_index, notices
+from workers import content, notices
 from workers.chunking import bounded_chunk_frames, chunk_seconds_for, default_chunk_frames, plan_chunks
 from workers.leases import job_heartbeat
 from workers.runtime import Runtime
+from workers.video import frame_index
+from workers.video.frame_scan import FrameScan, scan_frames
 
 logger = logging.getLogger(__name__)
 

@@ -23,21 +23,22 @@ from shared import events, fairness, jobs
 from shared.db import session_scope
 from shared.dispatch import send_all
 from shared.errors import FfmpegError, LeaseLostError, ProcessorError, SwapfarmError
-from shared.frame_scan import frame_times
 from shared.framing import output_size
 from shared.log_context import job_context
 from shared.media import MediaInfo
 from shared.options import JobOptions
 from shared.tasks import RENDER_CHUNK, STITCH, message
-from workers import codecs, ffmpeg, notices
+from workers import notices
 from workers.engines.base import Degradation
-from workers.frames import FrameReader, FrameWriter
 from workers.leases import Heartbeat
 from workers.pipeline import face_chain, run_stages, stages_of
 from workers.processors import FrameBatch, Processor, ProcessorContext, build
 from workers.processors.base import Report, Tallied
 from workers.runtime import Runtime
 from workers.track_feed import TrackFeed
+from workers.video import codecs, ffmpeg
+from workers.video.frame_scan import frame_times
+from workers.video.pipes import FrameReader, FrameWriter
 
 logger = logging.getLogger(__name__)
 

@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING
 from shared.dispatch import Dispatcher
 from shared.settings import Settings
 from shared.storage import Storage
-from workers.codecs import CodecSupport, probed
 from workers.metrics import WorkerMetrics
-from workers.targets import TargetCache
+from workers.video.codecs import CodecSupport, probed
+from workers.video.targets import TargetCache
 
 if TYPE_CHECKING:
     from celery import Celery

@@ -19,14 +19,15 @@ from shared.db import session_scope
 from shared.dispatch import send_all
 from shared.errors import LeaseLostError, StitchMismatchError, SwapfarmError
 from shared.events import EventKind, record
-from shared.frame_scan import frame_times
 from shared.framing import FrameRange, frame_range, output_rate, output_size, resampled_frames
 from shared.media import MediaInfo
 from shared.options import JobOptions
 from shared.states import JobStatus
-from workers import ffmpeg, frame_index, mp4_timing, notices, stills
+from workers import notices
 from workers.leases import job_heartbeat
 from workers.runtime import Runtime
+from workers.video import ffmpeg, frame_index, mp4_timing, stills
+from workers.video.frame_scan import frame_times
 
 logger = logging.getLogger(__name__)
 
@@ -118,7 +119,7 @@ def _stitch(
     list_file: Path, target: Path, every: list[float], media: MediaInfo, options: JobOptions, output: Path
 ) -> _Stitched:
     """Concatenate the chunks into ``output`` with the audio of ``target`` (the part a trimmed job keeps), whose
-    frames are at times ``every`` (the planner's index, :mod:`workers.frame_index`).
+    frames are at times ``every`` (the planner's index, :mod:`workers.video.frame_index`).
 
     Chunks are encoded at the constant average rate. When the input's frames are not on that grid (a variable
     frame rate), the concatenated video is written first, its frames given the input's times, then remuxed. If
@@ -167,7 +168,7 @@ def _stitch(
 
 def _span(times: list[float], fps: str) -> Fraction | float:
     """How long frames at ``times`` last as stitched: on the constant grid, a frame interval each; else from the
-    first to the last, and the last as long as the interval before it (``workers.mp4_timing``)."""
+    first to the last, and the last as long as the interval before it (``workers.video.mp4_timing``)."""
     if mp4_timing.follows_rate(times, fps):
         return Fraction(len(times)) / Fraction(fps)
     last = times[-1] - times[-2] if len(times) > 1 else float(1 / Fraction(fps))

@@ -21,7 +21,6 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
 from shared.db import session_scope
-from shared.frame_scan import frame_times
 from shared.media import probe
 from shared.models import Chunk, Job
 from shared.settings import Settings
@@ -31,6 +30,7 @@ from tests.support.faces import MODELS
 from tests.support.farm import Farm
 from tests.support.media import assert_frames_match, make_clip, read_frames, stream_info
 from tests.support.replicas import arcface_w600k_r50, constant_colour_swapper, install_replica
+from workers.video.frame_scan import frame_times
 
 pytestmark = pytest.mark.integration
 

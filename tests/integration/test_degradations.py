@@ -17,7 +17,6 @@ import pytest
 from fastapi.testclient import TestClient
 
 from shared.broker import make_celery
-from shared.frame_scan import frame_times
 from shared.options import JobOptions
 from shared.settings import Settings
 from tests.integration.conftest import BLUR, download, events_of, submit, wait_finished, with_face_models
@@ -28,6 +27,7 @@ from tests.support.media import assert_frames_match, make_clip, read_frames
 from tests.support.replicas import arcface_w600k_r50, constant_colour_swapper, install_replica
 from tests.support.services import free_port
 from workers.embedded import run_local
+from workers.video.frame_scan import frame_times
 
 pytestmark = pytest.mark.integration
 

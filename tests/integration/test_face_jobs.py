@@ -18,8 +18,8 @@ from tests.support.media import psnr, read_frames, stream_info
 from tests.support.replicas import arcface_w600k_r50, constant_colour_swapper, install_replica
 from workers.embedded import run_local
 from workers.faces.detection import FaceDetector
-from workers.ffmpeg import PROVENANCE_TAG
 from workers.processors.face_blur import face_region
+from workers.video.ffmpeg import PROVENANCE_TAG
 
 pytestmark = pytest.mark.integration
 

@@ -21,7 +21,6 @@ from api.app import create_app
 from shared import reaper
 from shared.broker import broker_contents, make_celery
 from shared.db import session_scope
-from shared.frame_scan import frame_times
 from shared.models import Chunk, Job
 from shared.schema import grant_worker_role
 from shared.settings import Settings
@@ -31,6 +30,7 @@ from tests.support.farm import Farm, wait_for
 from tests.support.live import live_api
 from tests.support.media import make_clip
 from tests.support.tenants import bearer, make_key
+from workers.video.frame_scan import frame_times
 
 pytestmark = pytest.mark.integration
 

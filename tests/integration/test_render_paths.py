@@ -13,12 +13,12 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 
 from shared.db import session_scope
-from shared.frame_scan import frame_times
 from shared.models import Chunk
 from shared.settings import Settings
 from tests.integration.conftest import download, submit, wait_finished, with_face_models
 from tests.support.farm import Farm
 from tests.support.media import make_clip, psnr, read_frames
+from workers.video.frame_scan import frame_times
 
 pytestmark = pytest.mark.integration
 

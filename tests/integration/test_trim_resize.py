@@ -17,14 +17,14 @@ import numpy.typing as npt
 import pytest
 from fastapi.testclient import TestClient
 
-from shared.frame_scan import frame_times
 from shared.media import probe
 from shared.settings import Settings
 from shared.storage import Storage
 from tests.integration.conftest import download, submit, wait_finished, with_face_models
 from tests.support.farm import Farm, settings_env
 from tests.support.media import Frames, assert_frames_match, make_clip, psnr, read_frames
-from workers import frame_index
+from workers.video import frame_index
+from workers.video.frame_scan import frame_times
 
 pytestmark = pytest.mark.integration
 

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from shared.errors import MediaFormatError, MediaLimitError, NotAVideoError, SourceImageError, UnreadableMediaError
-from shared.frame_scan import scan_frames
 from shared.media import probe, probe_image
 from tests.support import hostile
 from tests.support.media import make_clip
+from workers.video.frame_scan import scan_frames
 
 
 @pytest.fixture(scope="module")

@@ -1,11 +1,84 @@
-"""Child processes: a minimal environment, and a stderr drained as it comes into a bounded buffer."""
+"""Child processes: started in one place, ffmpeg and ffprobe only, with a minimal environment, and a stderr
+drained as it comes into a bounded buffer."""
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
+from pathlib import Path
 
-from shared.processes import StderrTail, child_env
+import pytest
+
+from shared.errors import FfmpegError
+from shared.processes import FFMPEG, StderrTail, capture, child_env, run
+from tests.support.source import SourceFile, source_files
+
+# The one module that may start a process: ffmpeg and ffprobe run from there, with the child environment.
+LAUNCHER = "shared.processes"
+# Calls that start a process, by module: ``subprocess.run(...)``, ``os.system(...)``, or the bare name imported.
+_STARTERS = {
+    "subprocess": {"Popen", "run", "call", "check_call", "check_output", "getoutput", "getstatusoutput"},
+    "os": {"system", "popen", "spawnl", "spawnlp", "spawnv", "spawnvp", "execv", "execvp", "execve", "posix_spawn",
+           "posix_spawnp", "fork", "forkpty"},
+    "asyncio": {"create_subprocess_exec", "create_subprocess_shell"},
+    "pty": {"spawn"},
+    "multiprocessing": {"Process"},
+}  # fmt: skip
+
+
+def process_starts(source: SourceFile) -> list[str]:
+    """Where ``source`` starts a process (``module.function(...)``, or a function imported by name)."""
+    imported = {
+        alias.asname or alias.name: (node.module, alias.name)
+        for node in ast.walk(source.tree)
+        if isinstance(node, ast.ImportFrom) and node.module in _STARTERS
+        for alias in node.names
+    }
+    found = []
+    for node in ast.walk(source.tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+            module, name = func.value.id, func.attr
+        elif isinstance(func, ast.Name) and func.id in imported:
+            module, name = imported[func.id]
+        else:
+            continue
+        if name in _STARTERS.get(module, ()):
+            found.append(f"{source.name}:{node.lineno} {module}.{name}")
+    return found
+
+
+def test_only_the_launcher_starts_a_process() -> None:
+    starts = {source.module: process_starts(source) for source in source_files(("api", "shared", "workers", "cli"))}
+    assert starts[LAUNCHER], "the walk finds the launcher's own starts"
+    stray = [where for module, found in starts.items() if module != LAUNCHER for where in found]
+    assert not stray, f"processes started outside {LAUNCHER} (ffmpeg/ffprobe run through it): {stray}"
+
+
+def test_the_walk_finds_a_process_started_by_a_bare_name() -> None:
+    tree = ast.parse("from subprocess import Popen as P\nimport os\nP(['ffmpeg'])\nos.system('ffprobe x')")
+    assert process_starts(SourceFile(Path("workers/x.py"), "workers.x", tree)) == [
+        "workers/x.py:3 subprocess.Popen",
+        "workers/x.py:4 os.system",
+    ]
+
+
+def test_the_launcher_starts_ffmpeg_and_ffprobe_and_nothing_else() -> None:
+    with pytest.raises(ValueError, match="starts only"):
+        capture([sys.executable, "-c", "print(1)"], timeout=10)
+    with pytest.raises(ValueError, match="starts only"):
+        run(["sh", "-c", "true"], what="a shell")
+    assert b"ffmpeg version" in capture([FFMPEG, "-version"], timeout=30).stdout
+
+
+def test_a_missing_ffmpeg_is_named(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(FfmpegError) as missing:
+        capture([FFMPEG, "-version"], timeout=10)
+    assert missing.value.code == "ffmpeg_missing"
 
 
 def test_a_child_sees_no_setting_or_credential() -> None:

@@ -15,11 +15,11 @@ from shared.options import JobOptions
 from shared.settings import Settings
 from tests.support.faces import cpu_settings
 from tests.support.media import make_clip
-from workers import codecs
 from workers.doctor import diagnose
 from workers.embedded import run_local
-from workers.ffmpeg import decode_args
 from workers.notices import DegradationCollector
+from workers.video import codecs
+from workers.video.ffmpeg import decode_args
 
 NO_GPU = pytest.mark.skipif(
     torch.cuda.is_available(), reason="about a machine without a GPU (this one may decode on it)"

@@ -19,8 +19,8 @@ from workers.device.blurring import _reflect101, gaussian_kernel
 from workers.device.colour import bgr_to_yuv420, yuv420_to_bgr
 from workers.device.pipeline import DeviceBlur
 from workers.faces.detection import FaceDetector
-from workers.ffmpeg import decode_args
 from workers.processors.face_blur import blur_faces, face_region
+from workers.video.ffmpeg import decode_args
 
 STRENGTH = 0.5
 

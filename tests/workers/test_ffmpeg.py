@@ -7,7 +7,7 @@ import pytest
 
 from shared.errors import FfmpegError
 from shared.options import EncoderOptions
-from workers import ffmpeg
+from workers.video import ffmpeg
 
 
 def test_decode_seeks_before_the_input_and_reads_an_exact_frame_count() -> None:

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from shared.frame_scan import frame_times
 from shared.storage import Storage
 from tests.support.media import make_clip
-from workers import frame_index
+from workers.video import frame_index
+from workers.video.frame_scan import frame_times
 
 
 def test_the_stored_index_gives_back_the_scanned_times(tmp_path: Path) -> None:

@@ -9,10 +9,13 @@ import numpy as np
 import pytest
 
 from shared.errors import FfmpegError
-from shared.options import EncoderOptions
+from shared.options import EncoderOptions, VideoEncoder, choices
 from tests.support.hostile import corrupt_h264, stderr_bytes_of_decoding
 from tests.support.media import make_clip, psnr, read_frames
-from workers.frames import FrameReader, FrameWriter
+from workers.video.encoders import CANDIDATE_ENCODERS, SOFTWARE_FALLBACK
+from workers.video.pipes import FrameReader, FrameWriter
+
+SOFTWARE_ENCODERS = [e for e in choices(VideoEncoder) if e not in SOFTWARE_FALLBACK and e not in CANDIDATE_ENCODERS]
 
 
 @pytest.mark.parametrize("size", ["320x180", "321x181"])  # 4:2:0 pipe, and BGR for odd sizes
@@ -41,6 +44,20 @@ def test_writer_then_reader_round_trips_frames(tmp_path: Path) -> None:
     # what is lost is 4:2:0 chroma subsampling of saturated test colours, once
     assert min(psnr(a, b) for a, b in zip(back, frames, strict=True)) > 30
     assert all(psnr(back[i], frames[i]) > psnr(back[i], frames[i + 1]) for i in range(len(frames) - 1))
+
+
+@pytest.mark.parametrize("encoder", SOFTWARE_ENCODERS)
+def test_every_software_encoder_a_job_may_ask_for_encodes_every_frame(tmp_path: Path, encoder: VideoEncoder) -> None:
+    # Each hardware encoder a job may ask for has a software stand-in (probed at start: workers.video.codecs).
+    assert set(choices(VideoEncoder)) - set(SOFTWARE_ENCODERS) <= set(SOFTWARE_FALLBACK)
+    frames = read_frames(make_clip(tmp_path / "c.mp4", seconds=0.2, size="64x64", audio=False))[..., ::-1].copy()
+    writer = FrameWriter(tmp_path / "o.mp4", width=64, height=64, fps="30/1", options=EncoderOptions(encoder=encoder))
+    writer.write(frames)
+    writer.close()
+    with FrameReader(tmp_path / "o.mp4", seek_seconds=0, frames=len(frames), width=64, height=64, batch_size=8) as r:
+        back = np.concatenate(list(r))
+    assert len(back) == len(frames) == 6
+    assert min(psnr(a, b) for a, b in zip(back, frames, strict=True)) > 20
 
 
 def test_a_file_shorter_than_asked_is_an_error_not_a_short_chunk(tmp_path: Path) -> None:

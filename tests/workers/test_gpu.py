@@ -25,8 +25,8 @@ from workers.device.suppression import suppress
 from workers.engines.batching import FittedBatches
 from workers.engines.memory import TorchDeviceMemory
 from workers.faces.detection import FaceDetector
-from workers.ffmpeg import decode_args
 from workers.processors.face_blur import blur_faces
+from workers.video.ffmpeg import decode_args
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [

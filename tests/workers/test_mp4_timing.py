@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from shared.frame_scan import frame_times
 from shared.media import probe
 from tests.support.media import assert_frames_match, make_clip, read_frames
-from workers import mp4_timing
-from workers.mp4_timing import Mp4TimingError, follows_rate, plan_timing, retime_video, to_ticks
+from workers.video import mp4_timing
+from workers.video.frame_scan import frame_times
+from workers.video.mp4_timing import Mp4TimingError, follows_rate, plan_timing, retime_video, to_ticks
 
 
 def _ffmpeg(*args: str) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from shared.storage import Storage
-from workers.targets import TargetCache
+from workers.video.targets import TargetCache
 
 
 @pytest.fixture

@@ -6,14 +6,13 @@ every read of a user's file does (:func:`shared.media.input_args`).
 from __future__ import annotations
 
 import math
-import subprocess
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from shared.errors import FfmpegError, MediaLimitError, UnreadableMediaError
-from shared.media import FFPROBE, TARGET_DEMUXERS, as_number, check_stderr, input_args
-from shared.processes import StderrTail, child_env
+from shared.errors import MediaLimitError, UnreadableMediaError
+from shared.media import TARGET_DEMUXERS, as_number, check_stderr, input_args
+from shared.processes import FFPROBE, start
 
 
 @dataclass(frozen=True)
@@ -67,20 +66,15 @@ def scan_frames(
     fewer packets than that ends early — a truncated upload, whose header still describes the whole video.
 
     Raises:
+        FfmpegError: ``ffmpeg_missing``: ffprobe is not installed.
         UnreadableMediaError: ``media_truncated``: fewer packets than ``declared``.
         MediaLimitError: ``too_many_frames`` / ``media_too_long``: the file holds more than a limit.
         MediaFormatError: the file is not in the whitelisted containers.
     """
     args = [FFPROBE, "-v", "error", "-select_streams", "v:0", "-show_entries", "packet=pts_time,dts_time,flags",
             "-of", "csv=p=0", *input_args(path, demuxer, (demuxer,) if demuxer else TARGET_DEMUXERS)]  # fmt: skip
-    try:
-        proc = subprocess.Popen(
-            args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=child_env()
-        )
-    except FileNotFoundError as exc:
-        raise FfmpegError("ffprobe is not installed", code="ffmpeg_missing") from exc
-    assert proc.stdout is not None and proc.stderr is not None
-    stderr = StderrTail(proc.stderr, name="ffprobe-stderr")
+    proc, stderr = start(args, name="ffprobe-stderr", stdout=True)
+    assert proc.stdout is not None
     timer = threading.Timer(SCAN_TIMEOUT, proc.kill)
     timer.daemon = True
     timer.start()

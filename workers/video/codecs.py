@@ -23,12 +23,15 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
-from shared.options import EncoderOptions, JobOptions, VideoEncoder
-from shared.processes import child_env
+from shared.errors import FfmpegError
+from shared.options import EncoderOptions, JobOptions
+from shared.processes import FFMPEG, capture
 from workers import notices
+from workers.video.encoders import CANDIDATE_ENCODERS, SOFTWARE_FALLBACK
 
 __all__ = [
     "CANDIDATE_ENCODERS",
+    "SOFTWARE_FALLBACK",
     "CodecSupport",
     "decode_probe_args",
     "encode_probe_args",
@@ -40,18 +43,9 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-CANDIDATE_ENCODERS = (
-    "h264_nvenc", "hevc_nvenc", "av1_nvenc", "h264_vaapi", "hevc_vaapi", "av1_vaapi", "h264_amf", "hevc_amf",
-    "av1_amf",
-)  # fmt: skip
-"""Hardware encoders worth probing, in order of preference per codec."""
-
-SOFTWARE_FALLBACK: dict[str, VideoEncoder] = {"h264_nvenc": "libx264", "hevc_nvenc": "libx265"}
-"""The software encoder of the same codec, for the hardware encoders a job may ask for."""
-
 VAAPI_DEVICE = "/dev/dri/renderD128"
 HWACCEL = "cuda"
-_BASE = ["ffmpeg", "-hide_banner", "-nostdin", "-loglevel", "error", "-y"]
+_BASE = [FFMPEG, "-hide_banner", "-nostdin", "-loglevel", "error", "-y"]
 # One small frame from ffmpeg's own generator: nothing of a user's reaches a probe. NVENC wants at least 145x49.
 _TEST_SOURCE = ["-f", "lavfi", "-i", "color=c=gray:s=256x256:r=1"]
 PROBE_TIMEOUT = 20.0
@@ -88,6 +82,19 @@ def listed_encoders(listing: str) -> list[str]:
     return names
 
 
+def listing_of(*args: str, timeout: float = PROBE_TIMEOUT) -> str:
+    """The output of an ffmpeg listing (``-encoders``, ``-decoders``, ``-hwaccels``, ``-version``).
+
+    Raises:
+        FfmpegError: ffmpeg is missing, or the listing failed (exited non-zero).
+        subprocess.TimeoutExpired: it took longer than ``timeout`` seconds.
+    """
+    done = capture([FFMPEG, "-hide_banner", *args], timeout=timeout)
+    if done.returncode != 0:
+        raise FfmpegError(f"ffmpeg {' '.join(args)} exited with {done.returncode}", stderr=done.stderr.decode())
+    return done.stdout.decode(errors="replace")
+
+
 def encode_probe_args(encoder: str) -> list[str]:
     """Encode one generated frame with ``encoder`` and throw it away (VAAPI uploads it to its device first)."""
     if encoder.endswith("_vaapi"):
@@ -112,10 +119,8 @@ def _try(args: list[str]) -> str | None:
     """None when the command succeeded, else why not: ffmpeg's first line of stderr (the cause, e.g. ``Cannot load
     libcuda.so.1``; the lines after it say what failed because of it), without its ``[codec @ 0x…]`` prefix."""
     try:
-        done = subprocess.run(
-            args, stdin=subprocess.DEVNULL, capture_output=True, timeout=PROBE_TIMEOUT, env=child_env(), check=False
-        )
-    except (OSError, subprocess.TimeoutExpired) as error:
+        done = capture(args, timeout=PROBE_TIMEOUT)
+    except (OSError, FfmpegError, subprocess.TimeoutExpired) as error:
         return str(error)
     if done.returncode == 0:
         return None
@@ -126,15 +131,8 @@ def _try(args: list[str]) -> str | None:
 def probe() -> CodecSupport:
     """Run the probes (in parallel: each is a short ffmpeg process) and return what works here."""
     try:
-        listing = subprocess.run(
-            ["ffmpeg", "-hide_banner", "-encoders"],
-            capture_output=True,
-            text=True,
-            timeout=PROBE_TIMEOUT,
-            check=True,
-            env=child_env(),
-        ).stdout
-    except (OSError, subprocess.SubprocessError) as error:
+        listing = listing_of("-encoders", timeout=PROBE_TIMEOUT)
+    except (OSError, FfmpegError, subprocess.SubprocessError) as error:
         return CodecSupport(decode_reason=f"ffmpeg is not usable: {error}")
     listed = listed_encoders(listing)
     with tempfile.TemporaryDirectory(prefix="swapfarm-codecs-") as tmp, ThreadPoolExecutor(4) as pool:

@@ -20,8 +20,8 @@ import numpy as np
 from shared.errors import FfmpegError
 from shared.options import EncoderOptions
 from shared.processes import StderrTail
-from workers.ffmpeg import decode_args, encode_args, pipe_format, start
 from workers.processors.base import FrameBatch
+from workers.video.ffmpeg import decode_args, encode_args, pipe_format, start
 
 _DONE = object()
 

@@ -18,8 +18,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from shared.media import MediaInfo, probe
-from workers import ffmpeg
 from workers.runtime import Runtime
+from workers.video import ffmpeg
 
 logger = logging.getLogger(__name__)
 

@@ -1,8 +1,8 @@
 """A job's frame index: where each frame of its target sits in time, counted once, at planning.
 
-The planner counts the frames from the target's packets (``shared.frame_scan.scan_frames``) to cut the chunks; the
-stitcher needs the same times to give a variable-rate output its timing, to cut a trimmed job's audio and to pick
-the stills. It reads them from the index the planner stored beside the job's files
+The planner counts the frames from the target's packets (``workers.video.frame_scan.scan_frames``) to cut the
+chunks; the stitcher needs the same times to give a variable-rate output its timing, to cut a trimmed job's audio
+and to pick the stills. It reads them from the index the planner stored beside the job's files
 (``jobs/<job>/frames.json.gz``) instead of scanning the target again, so both steps work from one count. A job
 planned before the index existed is scanned again, as it was then.
 """
@@ -14,8 +14,8 @@ import json
 import logging
 from pathlib import Path
 
-from shared.frame_scan import frame_times
 from shared.storage import Storage
+from workers.video.frame_scan import frame_times
 
 logger = logging.getLogger(__name__)
 

@@ -1,4 +1,5 @@
-"""ffmpeg command lines, built by pure functions (tested without running ffmpeg), and the one place they run.
+"""ffmpeg command lines, built by pure functions (tested without running ffmpeg); they run through
+:func:`start` and :func:`run` (``shared.processes``: the one place ffmpeg and ffprobe start).
 
 The command lines are built as typed-ffmpeg graphs (inputs, filters, outputs) and compiled to argument lists,
 never to a shell string. Every user's file is opened through :func:`_open`, which takes its options from
@@ -13,8 +14,6 @@ converter is single-threaded); the frame I/O converts to and from BGR for the pr
 
 from __future__ import annotations
 
-import logging
-import subprocess
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -24,14 +23,16 @@ import ffmpeg as graph  # typed-ffmpeg: builds the command lines
 from ffmpeg import AudioStream, AVStream, VideoStream
 from ffmpeg.dag.nodes import OutputStream
 
-from shared.errors import FfmpegError
 from shared.media import input_args
 from shared.options import EncoderOptions
-from shared.processes import StderrTail, child_env
+from shared.processes import FFMPEG, run, start
+from workers.video.encoders import video_codec
 
-logger = logging.getLogger(__name__)
+__all__ = [
+    "FFMPEG", "AudioCut", "Resample", "concat_list", "concat_video_args", "decode_args", "encode_args", "pipe_format",
+    "remux_args", "run", "scale_filter", "start", "still_args", "stitch_args", "transcode_args",
+]  # fmt: skip
 
-FFMPEG = "ffmpeg"
 PROVENANCE_TAG = "synthetic_content"
 PROVENANCE_TEXT = "This video contains synthetic, face-swapped content made with swapfarm."
 # Containers that carry these audio codecs by stream copy; anything else is re-encoded to AAC.
@@ -93,9 +94,9 @@ def decode_args(
     ``-ss`` before ``-i`` seeks to the keyframe before the position and decodes from there, dropping the frames
     before it (accurate seek), so a chunk never decodes from the start of the video. Frames are passed through
     as decoded (no duplication or dropping), and rotation metadata is applied so frames are upright. The input is
-    read with ``demuxer`` (the probed one) and local files only. With ``size``, frames are scaled to it. ``hwaccel``
-    (``cuda``, where the worker's probe decoded with it: :mod:`workers.codecs`) decodes on the device and hands the
-    frames back to system memory.
+    read with ``demuxer`` (the probed one) and local files only. With ``size``, frames are scaled to it.
+    ``hwaccel`` (``cuda``, where the worker's probe decoded with it: :mod:`workers.video.codecs`) decodes on the
+    device and hands the frames back to system memory.
     """
     video = scale_filter(_open(source, demuxer, seek=seek_seconds, hwaccel=hwaccel).video_stream(0), size)
     raw = video.output(
@@ -104,38 +105,13 @@ def decode_args(
     return _compile(raw)
 
 
-def _pixel_format(width: int, height: int) -> str:
-    # The frames are 4:2:0 on the pipe already (so "lossless" is lossless from there); odd-sized frames, which
-    # 4:2:0 cannot hold, keep their size in 4:4:4 instead of being cropped.
-    return "yuv444p" if width % 2 or height % 2 else "yuv420p"
-
-
-def _quality_options(options: EncoderOptions) -> dict[str, Any]:
-    crf = options.crf()
-    match options.encoder:
-        case "libx264" | "libx265":
-            return {"preset": options.preset, **({"qp": 0} if options.lossless else {"crf": crf})}
-        case "libvpx-vp9":
-            return {"lossless": 1} if options.lossless else {"crf": crf, "b:v": 0, "row-mt": 1}
-        case "libsvtav1":
-            return {"crf": 0 if options.lossless else crf, "preset": 8}
-        case "h264_nvenc" | "hevc_nvenc":
-            return {"tune": "lossless"} if options.lossless else {"rc": "vbr", "cq": crf}
-
-
-def _video_codec(options: EncoderOptions, width: int, height: int) -> dict[str, Any]:
-    """The encoder, its quality settings and its pixel format: the same for every chunk of a job, so that the
-    stitch concatenates them by stream copy."""
-    return {"c:v": options.encoder, **_quality_options(options), "pix_fmt": _pixel_format(width, height)}
-
-
 def encode_args(
     output: Path, width: int, height: int, fps: str, options: EncoderOptions, pix_fmt: str = "bgr24"
 ) -> list[str]:
     """Encode raw BGR frames from stdin at a constant ``fps`` into ``output`` (video only)."""
     raw = graph.input("pipe:0", f="rawvideo", pix_fmt=pix_fmt, s=f"{width}x{height}", r=fps)
     encoded = raw.video_stream(0).output(
-        filename=str(output), f="mp4", an=True, extra_options=_video_codec(options, width, height)
+        filename=str(output), f="mp4", an=True, extra_options=video_codec(options, width, height)
     )
     return _compile(encoded)
 
@@ -169,7 +145,7 @@ def transcode_args(
         f="mp4",
         an=True,
         r=fps,
-        extra_options={"frames:v": frames, "fps_mode": "passthrough", **_video_codec(options, width, height)},
+        extra_options={"frames:v": frames, "fps_mode": "passthrough", **video_codec(options, width, height)},
     )
     return _compile(encoded, progress=True)
 
@@ -230,7 +206,7 @@ def stitch_args(
 def concat_video_args(list_file: Path, output: Path) -> list[str]:
     """Concatenate the chunk files by stream copy into an MP4 whose index follows its media (no faststart).
 
-    The index can then change size without moving a sample (see :mod:`workers.mp4_timing`).
+    The index can then change size without moving a sample (see :mod:`workers.video.mp4_timing`).
     """
     copied = _chunks(list_file).video_stream(0).output(filename=str(output), f="mp4", extra_options={"c:v": "copy"})
     return _compile(copied)
@@ -268,7 +244,7 @@ def _mux_args(
     if resample is not None:
         rate = resample.rate
         video = video.fps(fps=f"{rate.numerator}/{rate.denominator}")
-        options = _video_codec(resample.encoder, resample.width, resample.height)
+        options = video_codec(resample.encoder, resample.width, resample.height)
     streams: list[VideoStream | AudioStream] = [video]
     if audio_source is not None:
         start = audio_cut.start if audio_cut is not None else 0.0
@@ -289,49 +265,3 @@ def still_args(source: Path, seek: float, output: Path, demuxer: str, *, max_wid
     frame = _open(source, demuxer, seek=seek).video_stream(0).scale(w=f"min({max_width},iw)", h=-2)
     jpeg = frame.output(filename=str(output), f="image2", extra_options={"frames:v": 1, "q:v": 3, "c:v": "mjpeg"})
     return _compile(jpeg)
-
-
-def start(
-    args: list[str], *, name: str, stdin: bool = False, stdout: bool = False
-) -> tuple[subprocess.Popen[bytes], StderrTail]:
-    """Start an ffmpeg command: the one way every ffmpeg process of a worker starts. It gets the minimal
-    environment of a child (``shared.processes``), pipes for stdin and stdout where asked (else nothing to read
-    and nowhere to write), and its stderr drained as it comes into a bounded tail (thread ``name``).
-
-    Raises:
-        FfmpegError: ``ffmpeg_missing``: ffmpeg is not installed.
-    """
-    logger.debug("running %s", args)
-    try:
-        proc = subprocess.Popen(
-            args,
-            stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
-            stdout=subprocess.PIPE if stdout else subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            env=child_env(),
-        )
-    except FileNotFoundError as exc:
-        raise FfmpegError("ffmpeg is not installed", code="ffmpeg_missing") from exc
-    assert proc.stderr is not None
-    return proc, StderrTail(proc.stderr, name=name)
-
-
-def run(args: list[str], *, what: str, timeout: float | None = None) -> None:
-    """Run an ffmpeg command to completion (:func:`start`).
-
-    Raises:
-        FfmpegError: ffmpeg is missing, timed out or exited non-zero; the message keeps stderr's tail.
-    """
-    proc, stderr = start(args, name="ffmpeg-stderr")
-    assert proc.stderr is not None
-    try:
-        code = proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired as exc:
-        proc.kill()
-        proc.wait()
-        raise FfmpegError(f"{what}: ffmpeg timed out") from exc
-    finally:
-        stderr.join()
-        proc.stderr.close()
-    if code != 0:
-        raise FfmpegError(f"{what}: ffmpeg exited with {code}", stderr=stderr.text())

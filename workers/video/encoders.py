@@ -1,0 +1,51 @@
+"""What each video encoder is given, and which encoders stand in for which: the one place to add an encoder.
+
+Adding a video encoder (a new codec, or another build of one) is: its name in ``shared.options.VideoEncoder`` (what
+a job may ask for, checked by the API), its quality settings in :func:`quality_options`, and — for a hardware
+encoder — its place in :data:`CANDIDATE_ENCODERS` (probed at worker start: ``workers.video.codecs``) and its
+software stand-in in :data:`SOFTWARE_FALLBACK`. ``tests/workers/test_ffmpeg.py`` encodes with every software
+encoder of the list.
+
+The output container is MP4 throughout (chunks, the stitch, the remux: ``workers.video.ffmpeg``; the timing
+rewrite: ``workers.video.mp4_timing``): an encoder must be one MP4 carries.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from shared.options import EncoderOptions, VideoEncoder
+
+CANDIDATE_ENCODERS = (
+    "h264_nvenc", "hevc_nvenc", "av1_nvenc", "h264_vaapi", "hevc_vaapi", "av1_vaapi", "h264_amf", "hevc_amf",
+    "av1_amf",
+)  # fmt: skip
+"""Hardware encoders worth probing, in order of preference per codec."""
+
+SOFTWARE_FALLBACK: dict[str, VideoEncoder] = {"h264_nvenc": "libx264", "hevc_nvenc": "libx265"}
+"""The software encoder of the same codec, for the hardware encoders a job may ask for."""
+
+
+def pixel_format(width: int, height: int) -> str:
+    # The frames are 4:2:0 on the pipe already (so "lossless" is lossless from there); odd-sized frames, which
+    # 4:2:0 cannot hold, keep their size in 4:4:4 instead of being cropped.
+    return "yuv444p" if width % 2 or height % 2 else "yuv420p"
+
+
+def quality_options(options: EncoderOptions) -> dict[str, Any]:
+    crf = options.crf()
+    match options.encoder:
+        case "libx264" | "libx265":
+            return {"preset": options.preset, **({"qp": 0} if options.lossless else {"crf": crf})}
+        case "libvpx-vp9":
+            return {"lossless": 1} if options.lossless else {"crf": crf, "b:v": 0, "row-mt": 1}
+        case "libsvtav1":
+            return {"crf": 0 if options.lossless else crf, "preset": 8}
+        case "h264_nvenc" | "hevc_nvenc":
+            return {"tune": "lossless"} if options.lossless else {"rc": "vbr", "cq": crf}
+
+
+def video_codec(options: EncoderOptions, width: int, height: int) -> dict[str, Any]:
+    """The encoder, its quality settings and its pixel format: the same for every chunk of a job, so that the
+    stitch concatenates them by stream copy."""
+    return {"c:v": options.encoder, **quality_options(options), "pix_fmt": pixel_format(width, height)}
