@@ -275,6 +275,9 @@ def fail_chunk(
 ) -> FailOutcome:
     """Record a failed attempt: back to ``queued`` below the limit, else the chunk and its job fail."""
     lock_owner(session, claim.job_id)  # the tenant before the chunk: failing the job admits the next
+    # then the job, then the chunk: the order of finish_chunk and the reaper (``shared.lifecycle``), so that failing
+    # the job below never waits on a transaction that holds the job and waits for this chunk
+    lock_job(session, claim.job_id)
     chunk = session.get(Chunk, claim.chunk_id, with_for_update=True)
     if chunk is None or chunk.lease_token != claim.token or chunk.status != ChunkStatus.RUNNING:
         return FailOutcome(retry=False, job_failed=False)

@@ -89,13 +89,32 @@ def reclaim_expired(session: Session, *, max_attempts: int, default_limit: int) 
     now = utcnow()
     result = ReapResult()
     _lock_owners(session, now)
-    expired = session.scalars(
-        select(Chunk)
-        .join(Job)
+    # The lock order of every row change (``shared.lifecycle``): tenant, then job, then chunk. finish_chunk holds
+    # the job while it marks its chunk done; taking the chunk first here, then the job (to fail it, or by the FK of
+    # its event), waited on it in the opposite order: a deadlock. A job held elsewhere is skipped; the next sweep
+    # finds its expired chunks again.
+    held = session.scalars(
+        select(Job.id)
         .where(Job.status == JobStatus.RENDERING)
-        .where(Chunk.status == ChunkStatus.RUNNING, Chunk.lease_expires_at < now)
-        .with_for_update(of=Chunk, skip_locked=True)
+        .where(
+            select(Chunk.id)
+            .where(Chunk.job_id == Job.id, Chunk.status == ChunkStatus.RUNNING, Chunk.lease_expires_at < now)
+            .exists()
+        )
+        .order_by(Job.id)
+        .with_for_update(skip_locked=True)
     ).all()
+    expired = (
+        session.scalars(
+            select(Chunk)
+            .where(Chunk.job_id.in_(held))
+            .where(Chunk.status == ChunkStatus.RUNNING, Chunk.lease_expires_at < now)
+            .order_by(Chunk.job_id, Chunk.index)
+            .with_for_update(skip_locked=True)
+        ).all()
+        if held
+        else []
+    )
     for chunk in expired:
         # A running chunk's recorded error, if any, is an earlier attempt's: this attempt's is its lost worker.
         lost = WorkerLostError(f"worker {chunk.worker} stopped heartbeating during attempt {chunk.attempts}")

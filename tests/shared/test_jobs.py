@@ -6,7 +6,7 @@ import threading
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import update
+from sqlalchemy import text, update
 
 from shared import events, jobs, reaper
 from shared.db import session_scope
@@ -106,6 +106,28 @@ def test_the_reaper_requeues_an_expired_lease_then_fails_the_job_at_the_limit(da
         assert job is not None and chunk is not None
         assert job.status == JobStatus.FAILED and job.error_code == WorkerLostError.code
         assert chunk.status == ChunkStatus.FAILED and chunk.attempts == 3
+
+
+def test_a_chunk_finished_as_its_lease_expires_is_kept_and_the_reaper_does_not_wait_on_it(database_url: str) -> None:
+    # finish_chunk holds the job row, then marks its chunk. The reaper must take the rows in the same order: had
+    # it taken the expired chunk first, then the job (to fail it at the limit), each would wait on the other.
+    job_id, (chunk_id,) = _planned_job(database_url, 1)
+    claim = _claim(database_url, chunk_id)
+    assert claim is not None
+    _expire(database_url, chunk_id)  # the worker was late to heartbeat; its chunk is rendered all the same
+    with session_scope(database_url) as finisher:
+        assert jobs.lock_job(finisher, job_id) is not None  # finish_chunk's first step, its transaction open
+        with session_scope(database_url) as sweep:
+            sweep.execute(text("SET LOCAL lock_timeout = '20s'"))  # waiting on the finisher fails, never hangs
+            swept = reaper.reclaim_expired(sweep, max_attempts=1, default_limit=4)
+        assert (swept.render, swept.failed) == ([], []), "the job in hand is left to the next sweep"
+        assert jobs.finish_chunk(finisher, claim, "file:///0.mp4", 1.0), "the last chunk starts the stitch"
+    with session_scope(database_url) as s:
+        job = jobs.get_job(s, job_id)
+        assert job is not None and job.status == JobStatus.STITCHING
+        assert s.get_one(Chunk, chunk_id).status == ChunkStatus.DONE
+    with session_scope(database_url) as sweep:  # nothing left to reclaim once it is done
+        assert reaper.reclaim_expired(sweep, max_attempts=1, default_limit=4).failed == []
 
 
 def test_a_failed_attempt_is_retried_below_the_limit_and_fails_the_job_at_it(database_url: str) -> None:
