@@ -168,8 +168,9 @@ def worker(
     _cap_images(settings.max_source_pixels)  # before OpenCV loads: it reads its cap once
     import onnxruntime
 
+    from shared.tasks import worker_queues
     from workers import notices
-    from workers.celery_app import create_app, refuse_duplicate, worker_queues
+    from workers.celery_app import create_app, refuse_duplicate
     from workers.engines.family import detect_family, refused_render_queues
 
     family = detect_family(settings)

@@ -22,10 +22,9 @@ from shared.tasks import (
     DEFAULT_PRIORITY,
     MAX_PRIORITY,
     MIN_PRIORITY,
-    RENDER_QUEUES,
     TASKS,
     broker_priority,
-    render_queue,
+    declared_queues,
 )
 
 
@@ -53,8 +52,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         # Celery beat's messages (the reaper) rank with a default job's, not above every job.
         "task_default_priority": broker_priority(DEFAULT_PRIORITY),
         "broker_connection_retry_on_startup": True,
-        "task_queues": [_queue(name) for name in _fixed_queues()]
-        + [_queue(render_queue(f)) for f in (*families, "any")],
+        "task_queues": [_queue(name) for name in declared_queues(families)],
         "task_default_queue": CONTROL_QUEUE,
         "task_serializer": "json",
         "accept_content": ["json"],
@@ -64,11 +62,6 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         # every second (``workers.celery_app.Consumer``), so the farm works again as soon as the broker answers.
         "broker_connection_max_retries": None,
     }
-
-
-def _fixed_queues() -> list[str]:
-    """The queues of the task table (``shared.tasks.TASKS``) that do not follow a job's family, in table order."""
-    return list(dict.fromkeys(spec.queue for spec in TASKS.values() if spec.queue != RENDER_QUEUES))
 
 
 def _queue(name: str) -> Queue:

@@ -10,6 +10,7 @@ state.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final, Literal
 
@@ -46,12 +47,24 @@ def broker_priority(priority: int) -> int:
     return 0 if priority >= ADMIN_PRIORITY else MAX_PRIORITY - DEFAULT_PRIORITY
 
 
+ANY_FAMILY: Final = "any"  # the family of a job that runs anywhere (``JobOptions.family``'s default)
+
+
 def render_queue(family: str) -> str:
     """The queue of render work for an accelerator family (``render.cuda``, ``render.cpu`` …).
 
     Jobs that run anywhere go to ``render.any``, which every worker consumes besides its own family's queue.
     """
     return f"render.{family}"
+
+
+def render_queues(family: str) -> tuple[str, str]:
+    """The render queues a worker of ``family`` consumes: its family's, then ``render.any``.
+
+    >>> render_queues("cuda")
+    ('render.cuda', 'render.any')
+    """
+    return render_queue(family), render_queue(ANY_FAMILY)
 
 
 class NoPayload(BaseModel):
@@ -123,6 +136,34 @@ TASKS: Final[dict[str, TaskSpec]] = {
     )
 }
 JOB_TASKS: Final = tuple(name for name, spec in TASKS.items() if spec.payload is not NoPayload)
+
+
+# The queue names below are derived from the table, never written out again: the broker declares
+# ``declared_queues`` (``shared.broker``), a worker consumes ``worker_queues`` unless told otherwise (``swapfarm
+# worker --queues``, as compose.yaml's services are: ``tests/deploy/test_compose.py`` checks them against these).
+def fixed_queues() -> list[str]:
+    """The queues of the table that do not follow a job's family, in table order.
+
+    >>> fixed_queues()
+    ['control', 'stitch']
+    """
+    return list(dict.fromkeys(spec.queue for spec in TASKS.values() if spec.queue != RENDER_QUEUES))
+
+
+def worker_queues(family: str) -> list[str]:
+    """The queues a worker of ``family`` consumes by default: every fixed queue of the table, then its render
+    queues (:func:`render_queues`).
+
+    >>> worker_queues("cpu")
+    ['control', 'stitch', 'render.cpu', 'render.any']
+    """
+    return [*fixed_queues(), *render_queues(family)]
+
+
+def declared_queues(families: Iterable[str]) -> list[str]:
+    """Every queue of a farm whose workers are of ``families``: the fixed ones, each family's render queue, and
+    ``render.any``."""
+    return list(dict.fromkeys([*fixed_queues(), *(render_queue(f) for f in families), render_queue(ANY_FAMILY)]))
 
 
 def message(

@@ -24,7 +24,7 @@ from shared.dispatch import CeleryDispatcher
 from shared.errors import LeaseLostError, RetryableError, WorkerNameTakenError
 from shared.settings import Settings
 from shared.storage import Storage
-from shared.tasks import CONTROL_QUEUE, STITCH_QUEUE, TASKS, TaskSpec, render_queue
+from shared.tasks import TASKS, TaskSpec
 from workers import presence
 from workers.engines.family import detect_family
 from workers.metrics import WorkerMetrics, serve
@@ -43,13 +43,6 @@ _RETRY: dict[str, Any] = {
     "retry_jitter": True,
     "max_retries": 20,
 }
-
-
-def worker_queues(family: str, *, control: bool = True, stitch: bool = True, render: bool = True) -> list[str]:
-    queues = [CONTROL_QUEUE] if control else []
-    queues += [STITCH_QUEUE] if stitch else []
-    queues += [render_queue(family), render_queue("any")] if render else []
-    return queues
 
 
 # How often a worker tries to reach a broker it lost (Celery backs off to 30 s between tries, which left a farm

@@ -15,7 +15,7 @@ from jsonschema import Draft202012Validator
 from cli.main import app as cli_app
 from shared.broker import make_celery, queue_names
 from shared.settings import Settings
-from shared.tasks import STITCH_QUEUE, render_queue
+from shared.tasks import STITCH_QUEUE, fixed_queues, render_queue, worker_queues
 from tests.deploy.deployfiles import (
     DOCKER,
     SCHEMA,
@@ -194,6 +194,21 @@ def test_every_command_is_one_the_cli_accepts_in_the_image_that_has_it(
             if family:
                 assert render_queue(family) in queues, f"{name}: a {family} worker must consume its family's queue"
     assert services["stitcher"]["command"][services["stitcher"]["command"].index("--queues") + 1] == STITCH_QUEUE
+
+
+def test_every_queue_of_the_task_table_has_a_worker_service_consuming_it(services: dict[str, dict[str, Any]]) -> None:
+    # compose.yaml names queues in its commands (a YAML file cannot import them): a task table that gained a queue
+    # no service consumes would leave its messages waiting forever.
+    consumed: set[str] = set()
+    for service in _farm_services(services).values():
+        argv = service["command"]
+        if argv[:2] == ["swapfarm", "worker"]:
+            family = environment(service).get("SWAPFARM_FAMILY", "cpu")
+            consumed |= set(
+                argv[argv.index("--queues") + 1].split(",") if "--queues" in argv else worker_queues(family)
+            )
+    assert set(fixed_queues()) <= consumed, f"no service consumes {set(fixed_queues()) - consumed}"
+    assert render_queue("any") in consumed
 
 
 def test_long_running_services_have_healthchecks_and_start_in_order(services: dict[str, dict[str, Any]]) -> None:

@@ -12,7 +12,7 @@ import pytest
 from shared.families import CPU_PROVIDER, FAMILIES, GPU_FAMILIES
 from shared.options import AcceleratorFamily, choices
 from shared.settings import Settings
-from shared.tasks import render_queue
+from shared.tasks import render_queue, render_queues
 from tests.deploy.deployfiles import DOCKER, compose, dockerfiles, env_instructions, environment, extras
 from tests.deploy.test_compose import REQUIRED
 from workers.engines.family import family_from_providers, refused_render_queues
@@ -57,7 +57,7 @@ def test_the_worker_derives_providers_detection_and_engine_defaults_from_the_spe
     for provider in spec.accelerated_providers:
         assert family_from_providers([provider, CPU_PROVIDER]) == name, provider
     refused, _ = refused_render_queues(name, [CPU_PROVIDER])
-    assert refused == ({render_queue(name), "render.any"} if spec.gpu else set())
+    assert refused == (set(render_queues(name)) if spec.gpu else set())
     settings = Settings(environment="test", torch_compile_mode="auto")
     assert compile_mode(settings, name) == ("max-autotune" if spec.gpu else "default")
 

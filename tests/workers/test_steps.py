@@ -8,11 +8,26 @@ import ast
 import pytest
 from pydantic import ValidationError
 
+from shared.broker import make_celery, queue_names
 from shared.errors import LeaseLostError, RetryableError
+from shared.families import CPU_PROVIDER
+from shared.options import AcceleratorFamily, choices
 from shared.settings import Settings
-from shared.tasks import PLAN, REAP, RENDER_CHUNK, STITCH, TASKS, ChunkPayload, JobPayload, message
+from shared.tasks import (
+    PLAN,
+    REAP,
+    RENDER_CHUNK,
+    STITCH,
+    TASKS,
+    ChunkPayload,
+    JobPayload,
+    message,
+    render_queues,
+    worker_queues,
+)  # fmt: skip
 from tests.support.source import source_files
 from workers.celery_app import create_app
+from workers.engines.family import refused_render_queues
 from workers.steps import STEPS, run_step
 
 # Where a queue name or a message may be made: the table itself, and the queue declarations of the broker and of
@@ -81,3 +96,13 @@ def _routing_outside_the_table() -> list[str]:
 def test_every_message_is_routed_from_the_one_table() -> None:
     stray = _routing_outside_the_table()
     assert not stray, f"tasks routed outside shared.tasks.TASKS: {stray}"
+
+
+@pytest.mark.parametrize("family", choices(AcceleratorFamily))
+def test_a_worker_consumes_every_queue_the_table_routes_its_work_to_and_the_broker_declares_them(family: str) -> None:
+    declared = queue_names(make_celery(Settings(environment="test", broker_url="memory://")))
+    consumed = worker_queues(family)
+    assert {spec.queue_for(family) for spec in TASKS.values()} | set(render_queues(family)) == set(consumed)
+    assert set(consumed) <= set(declared), f"undeclared: {set(consumed) - set(declared)}"
+    refused, _ = refused_render_queues(family, [CPU_PROVIDER])
+    assert refused in (frozenset(), frozenset(render_queues(family))), "a worker refuses exactly its render queues"

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from shared.families import FAMILIES, AcceleratorFamily
 from shared.settings import Settings
+from shared.tasks import render_queues
 
 logger = logging.getLogger(__name__)
 
@@ -86,9 +87,10 @@ def refused_render_queues(
     offered = set(providers)
     if wanted is None or offered & set(wanted) or chosen:
         return frozenset(), None
+    own, anywhere = render_queues(family)
     reason = (
         f"this {family} worker's ONNX Runtime offers {sorted(offered)}, none of {list(wanted)}: it would render on "
-        f"the CPU, so it takes no render.{family} or render.any work (install the family's ONNX Runtime build, "
+        f"the CPU, so it takes no {own} or {anywhere} work (install the family's ONNX Runtime build, "
         f"check the driver libraries with `swapfarm doctor`)"
     )
-    return frozenset({f"render.{family}", "render.any"}), reason
+    return frozenset({own, anywhere}), reason
