@@ -25,7 +25,7 @@ from api.auth import Caller
 from api.references import create_job_from_json
 from api.schemas import JOB_ID_EXAMPLE, SUBMISSION_BODY, JobList, JobView, error_responses
 from api.slots import KeySlots
-from api.uploads import JobForm, read_job_form
+from api.uploads import JobForm, accept_job, read_job_form
 from api.views import job_view, owned_job, page_progress, tenant_names
 from api.webhooks import checked_callback
 from shared import control
@@ -37,7 +37,7 @@ from shared.options import JobOptions
 from shared.progress import progress_of
 from shared.settings import Settings
 from shared.states import JobStatus
-from shared.submission import Idempotency, MediaLimits, Owner, submit
+from shared.submission import Idempotency
 from shared.tasks import MAX_PRIORITY
 from shared.tenants import Principal
 
@@ -154,21 +154,11 @@ async def _create_job(
             raise ForbiddenError(f"priority {form.priority}, the farm-wide urgent band, needs an admin key")
         options = _parse_options(form.options)
         callback_url = await checked_callback(settings, form.callback_url)
-        job_id = await run_in_threadpool(
-            lambda: submit(
-                database_url=settings.database_url,
-                storage=request.app.state.storage,
-                dispatcher=request.app.state.dispatcher,
-                target=form.target.upload,
-                sources=[s.upload for s in form.sources],
-                options=options,
-                owner=Owner.of(settings, caller.tenant_id),
-                priority=form.priority,
-                idempotency=Idempotency(idempotency_key, _request_hash(form, options)) if idempotency_key else None,
-                limits=MediaLimits.of(settings),
-                callback_url=callback_url,
-            )
-        )
+        job_id = await accept_job(
+            request, target=form.target.upload, sources=[s.upload for s in form.sources], options=options,
+            tenant_id=caller.tenant_id, priority=form.priority, callback_url=callback_url,
+            idempotency=Idempotency(idempotency_key, _request_hash(form, options)) if idempotency_key else None,
+        )  # fmt: skip
     finally:
         await run_in_threadpool(shutil.rmtree, folder, True)
     return await _accepted(settings, caller, job_id)

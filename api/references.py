@@ -26,11 +26,12 @@ from fastapi.concurrency import run_in_threadpool
 from pydantic import ValidationError
 
 from api.schemas import InputRef, JobRequest
+from api.uploads import accept_job
 from api.webhooks import checked_callback
 from shared.errors import ForbiddenError, InputUrlError, InvalidOptionsError, RequestInvalidError, TooLargeError
 from shared.settings import Settings
 from shared.storage import Storage
-from shared.submission import Idempotency, MediaLimits, Owner, Upload, submit
+from shared.submission import Idempotency, Upload
 from shared.tasks import MAX_PRIORITY
 from shared.tenants import Principal
 
@@ -168,20 +169,10 @@ async def create_job_from_json(
             "callback_url": callback_url,
         }
         request_hash = hashlib.sha256(json.dumps(digest, sort_keys=True).encode()).hexdigest()
-        return await run_in_threadpool(
-            lambda: submit(
-                database_url=settings.database_url,
-                storage=request.app.state.storage,
-                dispatcher=request.app.state.dispatcher,
-                target=target.upload,
-                sources=[s.upload for s in sources],
-                options=job.options,
-                owner=Owner.of(settings, caller.tenant_id),
-                priority=job.priority,
-                idempotency=Idempotency(idempotency_key, request_hash) if idempotency_key else None,
-                limits=MediaLimits.of(settings),
-                callback_url=callback_url,
-            )
-        )
+        return await accept_job(
+            request, target=target.upload, sources=[s.upload for s in sources], options=job.options,
+            tenant_id=caller.tenant_id, priority=job.priority, callback_url=callback_url,
+            idempotency=Idempotency(idempotency_key, request_hash) if idempotency_key else None,
+        )  # fmt: skip
     finally:
         await run_in_threadpool(shutil.rmtree, folder, True)

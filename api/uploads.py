@@ -18,11 +18,13 @@ from typing import IO, TYPE_CHECKING, Any
 
 from python_multipart.exceptions import MultipartParseError
 from python_multipart.multipart import MultipartParser, parse_options_header
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect, Request
 
 from shared.errors import RequestInvalidError, RequestTimeoutError, TooLargeError
+from shared.options import JobOptions
 from shared.settings import Settings
-from shared.submission import Upload
+from shared.submission import Idempotency, MediaLimits, Owner, Upload, submit
 from shared.tasks import ADMIN_PRIORITY, DEFAULT_PRIORITY, MAX_PRIORITY, MIN_PRIORITY
 
 if TYPE_CHECKING:
@@ -289,3 +291,39 @@ async def read_job_form(
     finally:
         reader.close()
     return reader.form()
+
+
+async def accept_job(
+    request: Request,
+    *,
+    target: Upload,
+    sources: list[Upload],
+    options: JobOptions,
+    tenant_id: str,
+    priority: int,
+    callback_url: str | None,
+    idempotency: Idempotency | None = None,
+) -> str:
+    """Accept a job whose inputs are local files now (``shared.submission.submit``, off the event loop) with this
+    application's storage, dispatcher, quotas and media limits: the one call behind ``POST /v1/jobs`` (an upload or
+    a JSON body naming URLs) and the console's submit form. ``callback_url`` is checked already.
+
+    Raises:
+        What ``submit`` raises.
+    """
+    settings: Settings = request.app.state.settings
+    return await run_in_threadpool(
+        lambda: submit(
+            database_url=settings.database_url,
+            storage=request.app.state.storage,
+            dispatcher=request.app.state.dispatcher,
+            target=target,
+            sources=sources,
+            options=options,
+            owner=Owner.of(settings, tenant_id),
+            priority=priority,
+            idempotency=idempotency,
+            limits=MediaLimits.of(settings),
+            callback_url=callback_url,
+        )
+    )

@@ -23,11 +23,10 @@ from api.ui.sessions import (
     Viewer,
     csrf_ok,
 )
-from api.uploads import read_job_form
+from api.uploads import accept_job, read_job_form
 from api.webhooks import checked_callback
 from shared.errors import SwapfarmError
 from shared.settings import Settings
-from shared.submission import MediaLimits, Owner, submit
 from shared.tasks import DEFAULT_PRIORITY, MAX_PRIORITY, MIN_PRIORITY
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
@@ -102,20 +101,10 @@ async def submit_form(request: Request, viewer: Look) -> Response:
             return forbidden(request, viewer)
         options = read_options(form.extra)
         callback_url = await checked_callback(settings, form.callback_url)
-        job_id = await run_in_threadpool(
-            lambda: submit(
-                database_url=settings.database_url,
-                storage=request.app.state.storage,
-                dispatcher=request.app.state.dispatcher,
-                target=form.target.upload,
-                sources=[s.upload for s in form.sources],
-                options=options,
-                owner=Owner.of(settings, viewer.principal.tenant_id),
-                priority=form.priority,
-                limits=MediaLimits.of(settings),
-                callback_url=callback_url,
-            )
-        )
+        job_id = await accept_job(
+            request, target=form.target.upload, sources=[s.upload for s in form.sources], options=options,
+            tenant_id=viewer.principal.tenant_id, priority=form.priority, callback_url=callback_url,
+        )  # fmt: skip
     except OptionsInvalid as exc:
         return page(request, template, _submit_context(viewer, values, exc.errors, fields), status=422)
     except SwapfarmError as exc:
