@@ -25,8 +25,7 @@ from sqlalchemy import text
 from benchmarks.load import throwaway_database
 from shared import jobs
 from shared.db import engine_for, session_scope
-from shared.models import new_id
-from shared.options import JobOptions
+from tests.support.rows import planned_job
 
 _TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -57,18 +56,7 @@ def wal_bytes(url: str) -> int:
 
 
 def running_chunks(url: str, count: int) -> list[jobs.ChunkClaim]:
-    job_id = new_id()
-    with session_scope(url) as s:
-        jobs.create_job(
-            s, job_id=job_id, options=JobOptions(processors=["passthrough"]), target_url="file:///t.mp4",
-            source_urls=[], target_name="t.mp4",
-        )  # fmt: skip
-    with session_scope(url) as s:
-        token = jobs.begin_plan(s, job_id, 600)
-        assert token is not None
-    plans = [jobs.ChunkPlan(i, i * 10, i * 10 + 10, i / 3) for i in range(count)]
-    with session_scope(url) as s:
-        ids = jobs.record_plan(s, job_id, token, plans, {}, "any")
+    _, ids = planned_job(url, count, lease_seconds=600)
     claims = []
     with session_scope(url) as s:
         for chunk_id in ids:

@@ -15,22 +15,9 @@ from shared.models import Chunk, new_id, utcnow
 from shared.options import JobOptions
 from shared.progress import progress_of
 from shared.states import ChunkStatus, JobStatus
+from tests.support.rows import planned_job
 
-
-def _planned_job(url: str, chunks: int) -> tuple[str, list[str]]:
-    job_id = new_id()
-    with session_scope(url) as s:
-        jobs.create_job(
-            s, job_id=job_id, options=JobOptions(processors=["passthrough"]), target_url="file:///t.mp4",
-            source_urls=[], target_name="t.mp4",
-        )  # fmt: skip
-    with session_scope(url) as s:
-        token = jobs.begin_plan(s, job_id, 60)
-        assert token is not None
-    plans = [jobs.ChunkPlan(i, i * 10, i * 10 + 10, i / 3) for i in range(chunks)]
-    with session_scope(url) as s:
-        ids = jobs.record_plan(s, job_id, token, plans, {}, "any")
-    return job_id, ids
+_planned_job = planned_job
 
 
 def _claim(url: str, chunk_id: str, worker: str = "w1") -> jobs.ChunkClaim | None:

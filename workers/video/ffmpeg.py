@@ -29,11 +29,16 @@ from shared.processes import FFMPEG, run, start
 from workers.video.encoders import video_codec
 
 __all__ = [
-    "FFMPEG", "AudioCut", "Resample", "concat_list", "concat_video_args", "decode_args", "encode_args", "pipe_format",
-    "remux_args", "run", "scale_filter", "start", "still_args", "stitch_args", "transcode_args",
+    "FFMPEG", "MUXER", "MUXER_DEMUXER", "AudioCut", "Resample", "concat_list", "concat_video_args", "decode_args",
+    "encode_args", "pipe_format", "remux_args", "run", "scale_filter", "start", "still_args", "stitch_args",
+    "transcode_args",
 ]  # fmt: skip
 
 PROVENANCE_TAG = "synthetic_content"
+# The container of everything the farm writes (chunks, the stitch, the output): MP4, which the concat demuxer joins
+# by stream copy and whose index workers.video.mp4_timing rewrites; read back with the demuxer probes name "mov".
+MUXER = "mp4"
+MUXER_DEMUXER = "mov"
 PROVENANCE_TEXT = "This video contains synthetic, face-swapped content made with swapfarm."
 # Containers that carry these audio codecs by stream copy; anything else is re-encoded to AAC.
 _MP4_AUDIO = frozenset({"aac", "mp3", "ac3", "eac3", "opus", "alac", "flac"})
@@ -111,7 +116,7 @@ def encode_args(
     """Encode raw BGR frames from stdin at a constant ``fps`` into ``output`` (video only)."""
     raw = graph.input("pipe:0", f="rawvideo", pix_fmt=pix_fmt, s=f"{width}x{height}", r=fps)
     encoded = raw.video_stream(0).output(
-        filename=str(output), f="mp4", an=True, extra_options=video_codec(options, width, height)
+        filename=str(output), f=MUXER, an=True, extra_options=video_codec(options, width, height)
     )
     return _compile(encoded)
 
@@ -142,7 +147,7 @@ def transcode_args(
     video = video.settb(expr=f"{den or 1}/{num}").setpts(expr="N")
     encoded = video.output(
         filename=str(output),
-        f="mp4",
+        f=MUXER,
         an=True,
         r=fps,
         extra_options={"frames:v": frames, "fps_mode": "passthrough", **video_codec(options, width, height)},
@@ -208,7 +213,7 @@ def concat_video_args(list_file: Path, output: Path) -> list[str]:
 
     The index can then change size without moving a sample (see :mod:`workers.video.mp4_timing`).
     """
-    copied = _chunks(list_file).video_stream(0).output(filename=str(output), f="mp4", extra_options={"c:v": "copy"})
+    copied = _chunks(list_file).video_stream(0).output(filename=str(output), f=MUXER, extra_options={"c:v": "copy"})
     return _compile(copied)
 
 
@@ -256,7 +261,7 @@ def _mux_args(
     if provenance:  # two global tags: "-metadata" and "-metadata:g" name the same (global) metadata
         options["metadata"] = f"{PROVENANCE_TAG}=face-swapped"
         options["metadata:g"] = f"comment={PROVENANCE_TEXT}"
-    return _compile(graph.output(*streams, filename=str(output), f="mp4", extra_options=options))
+    return _compile(graph.output(*streams, filename=str(output), f=MUXER, extra_options=options))
 
 
 def still_args(source: Path, seek: float, output: Path, demuxer: str, *, max_width: int) -> list[str]:

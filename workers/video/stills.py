@@ -26,7 +26,7 @@ logger = logging.getLogger(__name__)
 POINTS = (1 / 6, 1 / 2, 5 / 6)  # where in the video the stills are taken, as fractions of its frames
 WIDTH = 640  # the widest a still is (smaller videos keep their size)
 MANIFEST = "stills.json"
-OUTPUT_DEMUXER = "mov"  # the stitched output is an MP4
+OUTPUT_DEMUXER = ffmpeg.MUXER_DEMUXER  # the stitched output is the farm's own MP4
 
 
 @dataclass(frozen=True)
