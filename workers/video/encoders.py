@@ -27,12 +27,14 @@ SOFTWARE_FALLBACK: dict[str, VideoEncoder] = {"h264_nvenc": "libx264", "hevc_nve
 
 
 def pixel_format(width: int, height: int) -> str:
+    """The pixel format a chunk is encoded in."""
     # The frames are 4:2:0 on the pipe already (so "lossless" is lossless from there); odd-sized frames, which
     # 4:2:0 cannot hold, keep their size in 4:4:4 instead of being cropped.
     return "yuv444p" if width % 2 or height % 2 else "yuv420p"
 
 
 def quality_options(options: EncoderOptions) -> dict[str, Any]:
+    """The encoder's own options for the job's quality (CRF or CQ) and preset, or for lossless output."""
     crf = options.crf()
     match options.encoder:
         case "libx264" | "libx265":
