@@ -69,21 +69,23 @@ def test_swapfarm_run_upscales_d18_to_960_with_the_same_frames_and_audio(
     assert result.status == "succeeded", result
     out, expected = _same_frames_twice_as_large_with_audio(tmp_path / "out.mp4", clip)
     for i in range(FRAMES):  # the bilinear replica: each frame is its input frame, twice as large
-        assert psnr(out[i], expected[i]) >= 35, i
+        assert psnr(out[i], expected[i]) >= 45, i  # measured 53-54 dB (x264 at quality 95)
 
 
 def test_a_face_job_then_the_frame_enhancer_runs_through_the_farm(
     upscale_settings: Settings, api: TestClient, data_dir: Path, tmp_path: Path
 ) -> None:
     """face_blur on the frames as decoded, then ×2: the faces are hidden at their place in the larger frame, the
-    rest is the input upscaled."""
+    rest is the input upscaled (boxes found again on the input: the two decodes may differ by a pixel)."""
     logs = tmp_path / "farm-logs"
     logs.mkdir()
     farm = Farm(upscale_settings, logs)
     try:
         farm.worker("w1")
         clip = data_dir / "media" / "d18.mp4"
-        options = {**UPSCALE, "processors": ["face_blur", "frame_enhancer"]}
+        # plain blur (the faces detected at detector_score, inside their boxes): cheaper than strict mode's passes
+        face = {"blur_strict": False, "tracking": False}
+        options = {**UPSCALE, "processors": ["face_blur", "frame_enhancer"], "face": face}
         job_id = submit(api, clip, options)
         body = wait_finished(api, job_id, farm)
     finally:
@@ -99,5 +101,5 @@ def test_a_face_job_then_the_frame_enhancer_runs_through_the_farm(
         face_out, face_in = out[i, y1:y2, x1:x2].astype(float), expected[i, y1:y2, x1:x2].astype(float)
         assert np.abs(np.diff(face_out, axis=1)).mean() < 0.6 * np.abs(np.diff(face_in, axis=1)).mean(), i
         outside = np.ones((960, 960), bool)
-        outside[max(y1 - 200, 0) : y2 + 200, max(x1 - 200, 0) : x2 + 200] = False  # the box, its margin, the fade
-        assert psnr(out[i][outside], expected[i][outside]) >= 35, i
+        outside[max(y1 - 24, 0) : y2 + 24, max(x1 - 24, 0) : x2 + 24] = False  # the box and a few pixels around
+        assert psnr(out[i][outside], expected[i][outside]) >= 45, i  # measured 55.7-56.1 dB
