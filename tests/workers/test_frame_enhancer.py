@@ -9,6 +9,7 @@ import cv2
 import numpy as np
 import pytest
 
+from shared.errors import ModelError
 from shared.options import FRAME_ENHANCER_SCALES, JobOptions
 from tests.support.faces import clip_frames, psnr
 from tests.support.replicas import install_replica, replica_settings
@@ -69,3 +70,12 @@ def test_the_processor_blends_the_upscaled_frame_over_the_resized_one(tmp_path: 
 @pytest.mark.parametrize("scale", [2, 4])
 def test_the_converter_runs_the_replica_as_onnx_runtime_does(scale: int) -> None:
     _parity(real_esrgan(scale, residual=0.1, batch=2))
+
+
+def test_a_file_whose_scale_is_not_the_models_fails_with_a_model_error(tmp_path: Path) -> None:
+    """A ×4 file under the ×2 name would make frames of another size than the encoder expects: refused, clearly."""
+    install_replica(real_esrgan(4), "real_esrgan_x2", tmp_path / "models")
+    enhancer = FrameEnhancer.load("real_esrgan_x2", replica_settings(tmp_path / "models"))
+    with pytest.raises(ModelError, match=r"a x2 model gives \(3, 512, 512\)") as refused:
+        enhancer.upscale(clip_frames("d18.mp4", slice(0, 1))[:, :100, :100])
+    assert refused.value.code == "model_unavailable"
