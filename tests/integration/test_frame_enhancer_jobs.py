@@ -85,7 +85,8 @@ def test_a_face_job_then_the_frame_enhancer_runs_through_the_farm(
         clip = data_dir / "media" / "d18.mp4"
         # plain blur (the faces detected at detector_score, inside their boxes): cheaper than strict mode's passes
         face = {"blur_strict": False, "tracking": False}
-        options = {**UPSCALE, "processors": ["face_blur", "frame_enhancer"], "face": face}
+        # one chunk: joining upscaled chunks is the swapfarm run test's; this one is about the Celery workers
+        options = {**UPSCALE, "processors": ["face_blur", "frame_enhancer"], "face": face, "chunk_frames": FRAMES}
         job_id = submit(api, clip, options)
         body = wait_finished(api, job_id, farm)
     finally:
