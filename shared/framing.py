@@ -9,6 +9,13 @@ order from 0, as the planner counts them (``workers.video.frame_scan.scan_frames
 output resolution too): a smaller output costs less to render. The width keeps the displayed aspect, rounded to
 an even number, as 4:2:0 video needs. ``output_fps`` resamples the rendered frames onto a constant grid of that
 rate when the chunks are stitched: the chunks stay frame-exact ranges of the input.
+
+A chain with the ``frame_enhancer`` multiplies the frames' width and height by its model's scale
+(:attr:`~shared.options.JobOptions.scale`): the frames are decoded at the output size divided by the scale, the
+processors before the enhancer work at that size, and the enhancer brings them to the output size. ``output_height``
+stays the output's height, so with a ×2 or ×4 enhancer it must be a multiple of 2 or 4; unset, the output is the
+input's size times the scale. The enhancer runs last (the face processors find and paste faces on the frames as
+decoded): a chain that lists a processor after it is refused (:func:`check_chain`).
 """
 
 from __future__ import annotations
@@ -93,11 +100,59 @@ def output_size(width: int, height: int, output_height: int | None) -> tuple[int
     return max(2, 2 * round(scaled / 2)), output_height
 
 
+@dataclass(frozen=True)
+class RenderSizes:
+    """The frame sizes of a job, ``(width, height)``: ``decoded``, what the processors get, and ``output``, what
+    the encoder writes (``decoded`` times the chain's scale)."""
+
+    decoded: tuple[int, int]
+    output: tuple[int, int]
+
+
+def render_sizes(width: int, height: int, options: JobOptions) -> RenderSizes:
+    """The decoded and output frame sizes of a ``width`` x ``height`` target under ``options``.
+
+    >>> render_sizes(480, 480, JobOptions(processors=["frame_enhancer"]))
+    RenderSizes(decoded=(480, 480), output=(960, 960))
+    >>> render_sizes(1920, 1080, JobOptions(processors=["frame_enhancer"], output_height=720))
+    RenderSizes(decoded=(640, 360), output=(1280, 720))
+
+    Raises:
+        InvalidOptionsError: ``output_height`` is not a multiple of the chain's scale (see :func:`check_chain`).
+    """
+    scale = options.scale
+    target = options.output_height
+    if target is not None and target % scale:
+        raise InvalidOptionsError(
+            f"output_height ({target}) must be a multiple of {scale} with frame_enhancer "
+            f"{options.frame_enhancer.model} (x{scale}): the frames are decoded at output_height / {scale}; "
+            f"{target - target % scale} or {target - target % scale + scale}"
+        )
+    decoded = output_size(width, height, None if target is None else target // scale)
+    return RenderSizes(decoded, (decoded[0] * scale, decoded[1] * scale))
+
+
+def check_chain(options: JobOptions) -> None:
+    """Check what the schema cannot state about the frame enhancer: it is the chain's last processor, and
+    ``output_height`` is a multiple of its scale.
+
+    Raises:
+        InvalidOptionsError: ``options_invalid``, saying which.
+    """
+    if "frame_enhancer" in options.processors and options.processors[-1] != "frame_enhancer":
+        raise InvalidOptionsError(
+            f"frame_enhancer must be the last processor (got {options.processors}): the face processors work on "
+            "the frames as decoded, before they are upscaled"
+        )
+    render_sizes(2, 2, options)  # the output_height rule does not depend on the size
+
+
 def check_output_size(width: int, height: int, options: JobOptions, max_pixels: int) -> None:
     """Raises:
     MediaLimitError: ``resolution_too_large``: the output would have more pixels a frame than ``max_pixels``.
+    InvalidOptionsError: see :func:`render_sizes`.
     """
-    out_w, out_h = output_size(width, height, options.output_height)
+    out_w, out_h = render_sizes(width, height, options).output
     if out_w * out_h > max_pixels:
         raise ResolutionError(f"an output of {out_w}x{out_h} is over the limit of {max_pixels} pixels a frame")
 

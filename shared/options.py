@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from shared.families import AcceleratorFamily as AcceleratorFamily  # the choices, re-exported
 
-ProcessorName = Literal["passthrough", "face_swapper", "face_enhancer", "face_blur", "face_debugger"]
+ProcessorName = Literal["passthrough", "face_swapper", "face_enhancer", "face_blur", "face_debugger", "frame_enhancer"]
 Detector = Literal["yunet", "scrfd", "retinaface", "yolo_face"]
 Swapper = Literal[
     "inswapper_128",
@@ -40,6 +40,8 @@ Enhancer = Literal[
     "gpen_bfr_2048",
     "restoreformer_plus_plus",
 ]
+# Whole-frame upscalers (FaceFusion's frame_enhancer_model, the Real-ESRGAN family).
+FrameEnhancerModel = Literal["real_esrgan_x2", "real_esrgan_x2_fp16", "real_esrgan_x4", "real_esrgan_x4_fp16"]
 SelectorMode = Literal["all", "largest", "one", "reference"]
 BlurStyle = Literal["blur", "pixelate", "fill"]
 QualityPreset = Literal["fast", "quality"]
@@ -71,6 +73,14 @@ SelectorOrder = Literal[
 Gender = Literal["female", "male"]
 # The side of the crop a swapper works on, split into tiles of the model's own size (FaceFusion's pixel boost).
 PixelBoost = Literal[128, 256, 384, 512, 768, 1024]
+
+# How many times each frame enhancer multiplies a frame's width and height (the model registry agrees: a test checks).
+FRAME_ENHANCER_SCALES: dict[FrameEnhancerModel, int] = {
+    "real_esrgan_x2": 2,
+    "real_esrgan_x2_fp16": 2,
+    "real_esrgan_x4": 4,
+    "real_esrgan_x4_fp16": 4,
+}
 
 # Processors whose output shows faces that are not the ones filmed: their outputs carry a provenance tag.
 FACE_CHANGING: frozenset[ProcessorName] = frozenset({"face_swapper", "face_enhancer"})
@@ -205,6 +215,23 @@ class FaceOptions(BaseModel):
         return self.selector_gender is not None or (self.selector_age_start, self.selector_age_end) != (0, 100)
 
 
+class FrameEnhancerOptions(BaseModel):
+    """Options of the ``frame_enhancer`` processor: the whole frame upscaled by a Real-ESRGAN model."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: FrameEnhancerModel = Field(
+        "real_esrgan_x2", description="The upscaler; its scale (x2, x4) multiplies the output's width and height"
+    )
+    blend: int = Field(
+        80,
+        ge=0,
+        le=100,
+        description="Percent of the upscaled frame over the input resized to the same size "
+        "(FaceFusion's frame_enhancer_blend)",
+    )
+
+
 PRESETS: dict[QualityPreset, dict[str, Any]] = {
     "fast": {"swapper": "inswapper_128_fp16", "enhancer": None},
     "quality": {"swapper": "hyperswap_1a_256", "enhancer": "gfpgan_1.4"},
@@ -240,13 +267,19 @@ class JobOptions(BaseModel):
         description="Frame the render stops before (excluded: frames 50-149 are start 50, end 150); default: the end",
     )
     output_height: int | None = Field(
-        None, ge=16, le=4320, multiple_of=2, description="Output height in pixels, the width keeping the aspect"
+        None,
+        ge=16,
+        le=4320,
+        multiple_of=2,
+        description="Output height in pixels, the width keeping the aspect; with frame_enhancer, a multiple of its "
+        "scale (the frames are decoded at output_height / scale and upscaled to it)",
     )
     output_fps: float | None = Field(
         None, ge=1, le=240, description="Output frame rate (frames resampled, same duration); default: the input's"
     )
     encoder: EncoderOptions = Field(default_factory=EncoderOptions)
     face: FaceOptions = Field(default_factory=FaceOptions)
+    frame_enhancer: FrameEnhancerOptions = Field(default_factory=FrameEnhancerOptions)
 
     @field_validator("processors")
     @classmethod
@@ -267,6 +300,11 @@ class JobOptions(BaseModel):
     @property
     def needs_source(self) -> bool:
         return any(name in NEEDS_SOURCE for name in self.processors)
+
+    @property
+    def scale(self) -> int:
+        """How many times the processors multiply the frame's width and height (the frame enhancer's scale)."""
+        return FRAME_ENHANCER_SCALES[self.frame_enhancer.model] if "frame_enhancer" in self.processors else 1
 
     @property
     def changes_faces(self) -> bool:

@@ -31,7 +31,7 @@ from shared.db import session_scope
 from shared.dispatch import Dispatcher, send_all
 from shared.errors import IdempotencyConflictError, InvalidOptionsError, MediaLimitError
 from shared.events import EventKind, record
-from shared.framing import check_output_size, check_trim
+from shared.framing import check_chain, check_output_size, check_trim
 from shared.lifecycle import admit
 from shared.media import MediaInfo, probe, probe_image
 from shared.models import Job, new_id
@@ -153,6 +153,7 @@ def submit(
     if owner is not None and owner.quotas is not None:  # early, before the work of probing; decided again below
         with session_scope(database_url) as session:
             quotas.check(session, owner.tenant_id, owner.quotas, new_bytes=size)
+    check_chain(options)
     media = probe(target.path)
     if limits is not None:
         limits.check(media)

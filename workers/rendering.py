@@ -23,7 +23,7 @@ from shared import events, fairness, jobs
 from shared.db import session_scope
 from shared.dispatch import send_all
 from shared.errors import FfmpegError, LeaseLostError, ProcessorError, SwapfarmError
-from shared.framing import output_size
+from shared.framing import render_sizes
 from shared.log_context import job_context
 from shared.media import MediaInfo
 from shared.options import JobOptions
@@ -205,7 +205,8 @@ def _process(
     feed, behind, ahead = _track_feed(rt, options, processors), 0, 0
     if feed is not None:
         behind, ahead = min(feed.context, claim.frame_start), feed.context
-    width, height = output_size(media.width, media.height, options.output_height)
+    sizes = render_sizes(media.width, media.height, options)
+    width, height = sizes.decoded
     read = partial(
         FrameReader,
         target,
@@ -223,8 +224,8 @@ def _process(
     # only what the tracks see before the chunk, never the frames it outputs.
     behind_seconds = max(0.0, claim.seek_seconds - behind / media.fps_value) if claim.frame_start > behind else 0.0
     lookbehind = read(seek_seconds=behind_seconds, frames=behind, optional=True)
-    writer = FrameWriter(
-        encoded, width=width, height=height, fps=media.fps, options=options.encoder,
+    writer = FrameWriter(  # at the output size: the frame enhancer, if any, upscaled the frames to it
+        encoded, width=sizes.output[0], height=sizes.output[1], fps=media.fps, options=options.encoder,
         stall_seconds=rt.settings.chunk_stall_seconds,
     )  # fmt: skip
 
@@ -272,7 +273,7 @@ def _transcode(
     """Decode and encode the chunk in one ffmpeg process, following its progress; stop it if the lease is lost,
     or when no frame comes out for ``stall_seconds`` (``chunk_stalled``). Its stderr is drained as it comes."""
     frames = claim.frame_end - claim.frame_start
-    width, height = output_size(media.width, media.height, options.output_height)
+    width, height = render_sizes(media.width, media.height, options).output  # no processor here changes the size
     args = ffmpeg.transcode_args(
         target, claim.seek_seconds, frames, encoded, width, height, media.fps, options.encoder,
         demuxer=media.demuxer, scale=(width, height) != (media.width, media.height),

@@ -19,7 +19,7 @@ from shared.db import session_scope
 from shared.dispatch import send_all
 from shared.errors import LeaseLostError, StitchMismatchError, SwapfarmError
 from shared.events import EventKind, record
-from shared.framing import FrameRange, frame_range, output_rate, output_size, resampled_frames
+from shared.framing import FrameRange, frame_range, output_rate, render_sizes, resampled_frames
 from shared.media import MediaInfo
 from shared.options import JobOptions
 from shared.states import JobStatus
@@ -134,7 +134,7 @@ def _stitch(
     cut = _audio_cut(every, kept, media) if audio is not None else None
     resample, resampled = None, None
     if options.output_fps is not None:
-        width, height = output_size(media.width, media.height, options.output_height)
+        width, height = render_sizes(media.width, media.height, options).output
         resample = ffmpeg.Resample(output_rate(options.output_fps), width, height, options.encoder)
         resampled = resampled_frames(_span(times, media.fps), options.output_fps)
     provenance = options.changes_faces

@@ -116,3 +116,22 @@ def test_the_submit_form_offers_the_options_and_shows_a_range_error_next_to_its_
         data={"options.processors": "passthrough", "options.trim_start_frame": "50", "options.trim_end_frame": "150"},
     )
     assert made.status_code == 303, made.text
+
+
+def test_the_frame_enhancer_is_in_the_schema_and_its_output_size_is_checked_at_submission(
+    client: TestClient, limited: Settings, d18: Path
+) -> None:
+    """×2 on d18 is a 960² output, over the 640² limit; listed before another processor it is invalid options;
+    either way nothing is stored."""
+    schema = json.dumps(client.get("/openapi.json").json())
+    for name in ("real_esrgan_x2", "real_esrgan_x4_fp16", "frame_enhancer"):
+        assert f'"{name}"' in schema
+    too_large = _post(client, d18, {"processors": ["frame_enhancer"]})
+    assert too_large.status_code == 422
+    assert too_large.json()["error"]["code"] == "resolution_too_large" and "960x960" in too_large.text
+    misplaced = _post(client, d18, {"processors": ["frame_enhancer", "face_blur"], "output_height": 240})
+    assert misplaced.status_code == 422
+    assert misplaced.json()["error"]["code"] == "options_invalid" and "last processor" in misplaced.text
+    assert _stored(limited) == []
+    accepted = _post(client, d18, {"processors": ["face_blur", "frame_enhancer"], "output_height": 480})
+    assert accepted.status_code == 202, accepted.text  # decoded at 240², upscaled to 480²

@@ -10,11 +10,14 @@ from pydantic import ValidationError
 from shared.errors import InvalidOptionsError, MediaLimitError
 from shared.framing import (
     FrameRange,
+    RenderSizes,
+    check_chain,
     check_output_size,
     check_trim,
     frame_range,
     output_rate,
     output_size,
+    render_sizes,
     resampled_frames,
 )
 from shared.options import JobOptions
@@ -114,3 +117,24 @@ def test_a_trimmed_plan_covers_the_range_exactly_once_and_seeks_to_its_first_fra
 def test_a_range_outside_the_frames_cannot_be_planned() -> None:
     with pytest.raises(ValueError, match="not a range"):
         plan_chunks([i / 30 for i in range(10)], 5, frames=range(5, 11))
+
+
+def test_the_frame_enhancer_multiplies_the_output_and_output_height_stays_the_outputs_height() -> None:
+    """×2 on d18's 480² gives 960²; with output_height the frames are decoded at a 1/scale of it."""
+    x2 = JobOptions(processors=["face_blur", "frame_enhancer"])
+    assert render_sizes(480, 480, x2) == RenderSizes(decoded=(480, 480), output=(960, 960))
+    x4 = JobOptions(processors=["frame_enhancer"], frame_enhancer={"model": "real_esrgan_x4"}, output_height=720)
+    assert render_sizes(1920, 1080, x4) == RenderSizes(decoded=(320, 180), output=(1280, 720))
+    assert render_sizes(1920, 1080, JobOptions(output_height=720)).output == (1280, 720)  # no enhancer: as before
+    with pytest.raises(MediaLimitError, match="3840x2160"):
+        check_output_size(1920, 1080, JobOptions(processors=["frame_enhancer"]), 1920 * 1080)
+
+
+def test_the_frame_enhancer_is_refused_before_another_processor_or_with_an_output_height_off_its_scale() -> None:
+    check_chain(JobOptions(processors=["face_swapper", "frame_enhancer"], output_height=720))
+    with pytest.raises(InvalidOptionsError, match="frame_enhancer must be the last processor"):
+        check_chain(JobOptions(processors=["frame_enhancer", "face_blur"]))
+    x4 = JobOptions(processors=["frame_enhancer"], frame_enhancer={"model": "real_esrgan_x4"}, output_height=722)
+    with pytest.raises(InvalidOptionsError, match=r"multiple of 4 .* 720 or 724") as refused:
+        check_chain(x4)
+    assert refused.value.code == "options_invalid"

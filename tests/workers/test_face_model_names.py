@@ -6,7 +6,17 @@ from __future__ import annotations
 import pkgutil
 
 import workers.processors
-from shared.options import PRESETS, Detector, Enhancer, JobOptions, ProcessorName, Swapper, choices
+from shared.options import (
+    FRAME_ENHANCER_SCALES,
+    PRESETS,
+    Detector,
+    Enhancer,
+    FrameEnhancerModel,
+    JobOptions,
+    ProcessorName,
+    Swapper,
+    choices,
+)
 from workers.doctor import HEAVY_MODELS
 from workers.faces.detection import DETECTORS
 from workers.faces.enhancing import ENHANCERS
@@ -41,6 +51,13 @@ def test_every_enhancer_a_job_can_choose_is_registered_and_fed_and_no_other() ->
     for name, spec in ENHANCERS.items():
         assert spec.model is REGISTRY[name], name
         assert spec.image_input in spec.model.input_names, name
+
+
+def test_every_frame_enhancer_a_job_can_choose_is_registered_with_its_scale_and_no_other() -> None:
+    assert _registered_of_kind("frame_enhancer") == set(choices(FrameEnhancerModel)) == set(FRAME_ENHANCER_SCALES)
+    for name, scale in FRAME_ENHANCER_SCALES.items():
+        assert f"_x{scale}" in name, name  # the scale the output size follows is the model's own
+        assert REGISTRY[name].input_size and REGISTRY[name].licence, name
 
 
 def test_every_detector_a_job_can_choose_names_a_registered_detector() -> None:

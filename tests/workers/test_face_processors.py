@@ -12,6 +12,7 @@ import pytest
 
 from shared.errors import InvalidOptionsError, NoFaceInSourceError
 from shared.options import FaceOptions, JobOptions, ProcessorName
+from tests.support import mask_replicas
 from tests.support.faces import MEDIA, MODELS, clip_frames, cpu_settings, detector, engine, image, psnr
 from tests.support.replicas import (
     arcface_w600k_r50,
@@ -26,11 +27,13 @@ from tests.support.replicas import (
 from workers.engines.base import Tensor
 from workers.faces.alignment import estimate_transform, paste_region
 from workers.faces.detection import Face
+from workers.faces.landmarks import FaceLandmarker
 from workers.faces.recognition import FaceEmbedder, largest_face, source_identity
 from workers.faces.swapping import SWAPPERS, EmapProjection, FaceSwapper
 from workers.faces.targeting import FaceTargeter, identity_sources, reference_source
 from workers.processors import ProcessorContext, build, registered
 from workers.processors.face_blur import face_region
+from workers.processors.face_debugger import LANDMARK_68_COLOUR
 from workers.processors.face_swapper import FaceSwapperProcessor
 
 pytestmark = pytest.mark.skipif(not MODELS.exists(), reason="the reference data folder is not beside the checkout")
@@ -251,3 +254,24 @@ def test_face_debugger_draws_on_frames_with_faces_only(models: Path) -> None:
     assert result.shape == frames.shape
     assert not np.array_equal(result[0], frames[0])
     assert np.array_equal(result[1], frames[1])
+
+
+def test_face_debugger_draws_the_68_points_when_a_68_point_landmarker_is_configured(models: Path) -> None:
+    """With ``landmarker_score`` > 0 the debugger draws each face's 68 points (2dfan4's) in their own colour;
+    without it, none."""
+    install_replica(mask_replicas.fan_68_5(exact=True), "fan_68_5", models)
+    install_replica(mask_replicas.fan_2dfan4(), "2dfan4", models)
+    frames = clip_frames("d18.mp4", [0, 100])
+    with_68 = _run(_context(models, "face_debugger", FaceOptions(landmarker_score=0.5), []), "face_debugger", frames)
+    plain = _run(_context(models, "face_debugger", FaceOptions(), []), "face_debugger", frames)
+    settings = replica_settings(models)
+    faces = detector().detect(frames)
+    found = FaceLandmarker.load(settings, min_score=0.5).landmarks(frames, faces)
+    assert [len(f) for f in found.faces] == [1, 1]
+    for index, points in enumerate(found.points):
+        spots = np.round(points).astype(int)
+        inside = (spots[:, 0] >= 0) & (spots[:, 0] < 480) & (spots[:, 1] >= 0) & (spots[:, 1] < 480)
+        xs, ys = spots[inside, 0], spots[inside, 1]
+        drawn = np.all(with_68[index, ys, xs] == LANDMARK_68_COLOUR, axis=-1)
+        assert inside.sum() >= 60 and drawn.mean() >= 0.9, (inside.sum(), drawn.mean())  # a few under the box
+        assert not np.all(plain[index, ys, xs] == LANDMARK_68_COLOUR, axis=-1).any()

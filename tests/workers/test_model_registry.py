@@ -87,6 +87,12 @@ def test_cli_lists_every_model(cli_models: Path) -> None:
         assert name in result.output
 
 
+def test_cli_lists_the_frame_enhancers_with_their_licence(cli_models: Path) -> None:
+    result = CliRunner().invoke(app, ["list"], env={"COLUMNS": "250"})
+    rows = [line for line in result.output.splitlines() if "real_esrgan_x" in line]
+    assert len(rows) == 4 and all("frame_enhancer" in row and "BSD-3-Clause" in row for row in rows)
+
+
 def test_cli_verify_reports_each_status_and_fails_on_a_wrong_file(cli_models: Path) -> None:
     shutil.copy(DATA_MODELS / "yunet_2023mar.onnx", cli_models / "yunet_2023_mar.onnx")
     ok = CliRunner().invoke(app, ["verify", "yunet"], env={"COLUMNS": "250"})

@@ -30,6 +30,7 @@ ModelKind = Literal[
     "face_parser",
     "classifier",
     "content_analyser",
+    "frame_enhancer",
 ]
 ColourOrder = Literal["rgb", "bgr"]
 TemplateName = Literal["arcface_112_v1", "arcface_112_v2", "arcface_128", "ffhq_512", "mtcnn_512"]
@@ -606,6 +607,28 @@ _SPECS = (
         output_names=("output",),
         licence="Marqo NSFW image detection: terms not recorded here",
         unverified=frozenset({"output_names", "normalisation", "licence"}),
+    ),
+    *(
+        ModelSpec(
+            # Real-ESRGAN frame upscalers, as FaceFusion's frame_enhancer runs them: tiles of 256 px (8 px of each
+            # side overlap, cropped after the model) as [N, 3, 256, 256] RGB in [0, 1] -> [N, 3, 256 s, 256 s] in
+            # [0, 1]; the scale s is shared/options.py's FRAME_ENHANCER_SCALES.
+            name=name,
+            file_name=f"{name}.onnx",
+            base="models-3.0.0",
+            kind="frame_enhancer",
+            sha256=None,
+            size_bytes=None,
+            input_size=256,
+            template=None,
+            normalisation=UNIT,
+            colour_order="rgb",
+            input_names=("input",),
+            output_names=("output",),
+            licence="Real-ESRGAN (xinntao/Real-ESRGAN): BSD-3-Clause",
+            unverified=frozenset({"input_names", "output_names", "licence"}),
+        )
+        for name in ("real_esrgan_x2", "real_esrgan_x2_fp16", "real_esrgan_x4", "real_esrgan_x4_fp16")
     ),
     ModelSpec(
         # A CLIP-based classifier: [N, 2] logits; the score is nsfw minus safe.

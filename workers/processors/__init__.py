@@ -5,6 +5,7 @@ from workers.processors import (  # noqa: F401  (registers)
     face_debugger,
     face_enhancer,
     face_swapper,
+    frame_enhancer,
     passthrough,
 )
 from workers.processors.base import FrameBatch, Processor, ProcessorContext, Work, build, register, registered

@@ -101,7 +101,8 @@ class Processor(Protocol):
     touches_pixels: bool
 
     def process(self, frames: FrameBatch) -> FrameBatch:
-        """Return the processed frames: same shape and dtype, one output frame per input frame, in order."""
+        """Return the processed frames: same shape and dtype, one output frame per input frame, in order (the
+        ``frame_enhancer``, last in its chain, alone returns them larger by its scale: see shared/framing.py)."""
         ...
 
 
