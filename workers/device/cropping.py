@@ -12,9 +12,14 @@ from kornia.geometry.transform import warp_affine
 
 from workers.device.geometry import similarity_transforms
 
-__all__ = ["gather_crops", "paste_crops"]
+__all__ = ["gather_crops", "paste_crops", "paste_region"]
 
 _MARGIN = 2  # pixels around a region, so that bilinear and bicubic taps read real pixels
+
+
+def paste_region(transform: torch.Tensor, size: float, height: int, width: int) -> tuple[int, int, int, int]:
+    """The frame's pixels a ``size`` crop covers once pasted back through ``transform``: ``x1, y1, x2, y2``."""
+    return _region(transform.to(torch.float64), size, height, width, 0)
 
 
 def _region(transform: torch.Tensor, size: float, height: int, width: int, margin: int) -> tuple[int, int, int, int]:
@@ -35,7 +40,8 @@ def gather_crops(
     """Every face's aligned crop, in one sampling call for the batch.
 
     Args:
-        frames: float BGR ``[N, 3, H, W]``.
+        frames: BGR ``[N, 3, H, W]``, float or uint8 (a view of the host's frames serves: only the faces'
+            regions are read, and converted to float).
         landmarks: ``[F, 5, 2]``, the faces' landmarks in frame pixels.
         frame_of: ``[F]``, the frame of each face.
         template: ``[5, 2]``, the landmarks' places in a ``size`` crop.
@@ -54,7 +60,7 @@ def gather_crops(
     for index, (x1, y1, x2, y2) in enumerate(regions):
         patch = frames[int(frame_of[index]), :, y1:y2, x1:x2]
         # replicate to a common size: the frame's own edge where the region was clipped to it
-        patches.append(F.pad(patch[None], (0, wide - (x2 - x1), 0, tall - (y2 - y1)), mode="replicate")[0])
+        patches.append(F.pad(patch[None].float(), (0, wide - (x2 - x1), 0, tall - (y2 - y1)), mode="replicate")[0])
         shifted[index, :, 2] += shifted[index, :, :2] @ torch.tensor([x1, y1], dtype=transforms.dtype)
     matrices = shifted.to(frames.device, torch.float32)
     crops = warp_affine(torch.stack(patches), matrices, (size, size), mode="bilinear", padding_mode="border")
@@ -67,11 +73,11 @@ def paste_crops(
     """Blend each processed crop back into its frame through the inverse of its transform, in place; returned.
 
     Args:
-        frames: float BGR ``[N, 3, H, W]``.
+        frames: BGR ``[N, 3, H, W]``, float or uint8 (written to in place, rounded).
         crops: float ``[F, 3, S, S]``, the size they were gathered at.
         transforms: ``[F, 2, 3]`` frame → crop, as :func:`gather_crops` gave them.
         frame_of: ``[F]``.
-        mask: ``[S, S]`` blend weights in 0…1.
+        mask: ``[S, S]`` blend weights in 0…1, or ``[F, S, S]``: one per crop.
     """
     height, width = frames.shape[2:]
     size = crops.shape[-1]
@@ -85,8 +91,10 @@ def paste_crops(
         matrix = inverse[None].to(frames.device, torch.float32)
         region = (y2 - y1, x2 - x1)
         face = warp_affine(crops[index : index + 1], matrix, region, mode="bicubic", padding_mode="border")
-        weight = warp_affine(mask[None, None].to(frames.device), matrix, region, mode="bilinear")
+        face_mask = mask[index] if mask.ndim == 3 else mask
+        weight = warp_affine(face_mask[None, None].to(frames.device), matrix, region, mode="bilinear")
         target = frames[int(frame_of[index]), :, y1:y2, x1:x2]
-        blended = target + (face[0].clamp(0, 255) - target) * weight[0].clamp(0, 1)
+        background = target.float()
+        blended = background + (face[0].clamp(0, 255) - background) * weight[0].clamp(0, 1)
         target.copy_(blended.round())
     return frames

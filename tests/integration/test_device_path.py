@@ -1,0 +1,110 @@
+"""The device path end to end (``swapfarm run``): with the engine set to torch, a job's frames go through torch
+on the worker's device (the CPU here, as in CI) and come out as the OpenCV path's do — ≥ 40 dB PSNR per frame on
+``d18`` and ``crowd_1080p``, for ``face_blur`` (default, strict options) and ``face_swapper`` (replica inswapper,
+on ONNX Runtime in both runs, so that only the frame path differs) — and a chain it cannot run renders on the
+OpenCV path with a job warning.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from shared import events
+from shared.db import session_scope
+from shared.options import JobOptions
+from shared.settings import Settings
+from tests.support.media import psnr, read_frames
+from tests.support.replicas import arcface_w600k_r50, install_replica, inswapper_128, replica_settings
+from workers.device.selection import FALLBACK
+from workers.embedded import run_local
+
+pytestmark = pytest.mark.integration
+
+PARITY_DB = 40.0
+CLIPS = {"d18.mp4": 6, "crowd_1080p.mp4": 3}  # frames rendered of each: a few, through the whole job path
+JOBS: dict[str, dict[str, Any]] = {
+    "face_blur": {"processors": ["face_blur"]},
+    "face_swapper": {"processors": ["face_swapper"], "face": {"swapper": "inswapper_128"}},
+}
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Path:
+    folder = tmp_path_factory.mktemp("device-path") / "models"
+    folder.mkdir()
+    shutil.copy(data_dir / "models" / "yunet_2023mar.onnx", folder / "yunet_2023_mar.onnx")
+    install_replica(arcface_w600k_r50(), "arcface_w600k_r50", folder)
+    install_replica(inswapper_128(), "inswapper_128", folder)
+    return folder
+
+
+def _settings(models: Path, tmp_path: Path, engine: str) -> Settings:
+    # the models stay on ONNX Runtime either way: the engine setting picks the frame path
+    return replica_settings(
+        models, work_dir=tmp_path / "work", engine=engine, model_engines={"inswapper_128": "onnxruntime"}
+    )
+
+
+def _render(clip: Path, job: dict[str, Any], frames: int, settings: Settings, output: Path, state: Path) -> str:
+    options = {**job, "trim_end_frame": frames, "encoder": {"lossless": True}}
+    result = run_local(
+        target=clip,
+        sources=[clip.parent / "s0.jpg"],
+        output=output,
+        options=JobOptions.model_validate(options),
+        workers=1,
+        settings=settings,
+        state_dir=state,
+    )
+    assert result.status == "succeeded", result
+    return result.job_id
+
+
+def _warnings(state: Path, job_id: str) -> dict[str | None, str]:
+    with session_scope(f"sqlite:///{state / 'swapfarm.db'}") as session:
+        found = events.after(session, job_id, limit=500)
+        return {e.error_code: e.message for e in found if e.kind == events.EventKind.WARNING}
+
+
+@pytest.mark.parametrize("processor", list(JOBS))
+@pytest.mark.parametrize("clip", list(CLIPS))
+def test_the_device_path_renders_what_the_opencv_path_renders(
+    clip: str, processor: str, models: Path, data_dir: Path, tmp_path: Path
+) -> None:
+    source, frames = data_dir / "media" / clip, CLIPS[clip]
+    outputs, states = {}, {}
+    for engine in ("onnxruntime", "torch"):
+        outputs[engine], states[engine] = tmp_path / f"{engine}.mp4", tmp_path / f"state-{engine}"
+        job_id = _render(source, JOBS[processor], frames, _settings(models, tmp_path, engine), outputs[engine],
+                         states[engine])  # fmt: skip
+        assert FALLBACK not in _warnings(states[engine], job_id)
+    host, device = read_frames(outputs["onnxruntime"]), read_frames(outputs["torch"])
+    original = read_frames(source)[:frames]
+    assert host.shape == device.shape == original.shape
+    for index in range(frames):
+        assert psnr(device[index], host[index]) >= PARITY_DB, f"frame {index}"
+        # the faces were changed, and changed alike: where the OpenCV path moved pixels, the device path did too
+        changed = np.abs(host[index].astype(int) - original[index].astype(int)).max(axis=2) > 24
+        assert changed.sum() > 500, f"frame {index}: no face was changed"
+        moved = np.abs(device[index].astype(int) - original[index].astype(int)).max(axis=2) > 12
+        assert moved[changed].mean() > 0.95, f"frame {index}: the device path left faces the host path changed"
+
+
+def test_a_chain_the_device_path_cannot_run_renders_on_the_opencv_path_with_a_warning(
+    models: Path, data_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    job = {"processors": ["face_blur"], "face": {"blur_style": "pixelate"}}
+    state = tmp_path / "state"
+    with caplog.at_level(logging.WARNING):
+        job_id = _render(
+            data_dir / "media" / "d18.mp4", job, 4, _settings(models, tmp_path, "torch"), tmp_path / "out.mp4", state
+        )
+    warned = _warnings(state, job_id)
+    assert FALLBACK in warned and "pixelate" in warned[FALLBACK] and "OpenCV" in warned[FALLBACK]
+    assert any(f"degraded ({FALLBACK})" in r.getMessage() for r in caplog.records)
