@@ -270,6 +270,7 @@ def _device_path(rt: Runtime, processors: list[Processor], width: int, height: i
     if isinstance(chosen, str):
         notices.report(FALLBACK, f"the frames render on the OpenCV path, not the {device} device path: {chosen}")
         return None
+    logger.info("frames on the %s device path", device)
     return chosen
 
 

@@ -1,8 +1,9 @@
 """The device path end to end (``swapfarm run``): with the engine set to torch, a job's frames go through torch
 on the worker's device (the CPU here, as in CI) and come out as the OpenCV path's do — ≥ 40 dB PSNR per frame on
 ``d18`` and ``crowd_1080p``, for ``face_blur`` (default, strict options) and ``face_swapper`` (replica inswapper,
-on ONNX Runtime in both runs, so that only the frame path differs) — and a chain it cannot run renders on the
-OpenCV path with a job warning.
+on ONNX Runtime in both runs, so that only the frame path differs) — a job of several chunks through the farm's
+Celery workers (look-behind and look-ahead frames on the device path too) agrees the same way, and a chain it
+cannot run renders on the OpenCV path with a job warning.
 """
 
 from __future__ import annotations
@@ -14,11 +15,14 @@ from typing import Any
 
 import numpy as np
 import pytest
+from fastapi.testclient import TestClient
 
 from shared import events
 from shared.db import session_scope
 from shared.options import JobOptions
 from shared.settings import Settings
+from tests.integration.conftest import download, submit, wait_finished
+from tests.support.farm import Farm
 from tests.support.media import psnr, read_frames
 from tests.support.replicas import arcface_w600k_r50, install_replica, inswapper_128, replica_settings
 from workers.device.selection import FALLBACK
@@ -75,15 +79,19 @@ def _warnings(state: Path, job_id: str) -> dict[str | None, str]:
 @pytest.mark.parametrize("processor", list(JOBS))
 @pytest.mark.parametrize("clip", list(CLIPS))
 def test_the_device_path_renders_what_the_opencv_path_renders(
-    clip: str, processor: str, models: Path, data_dir: Path, tmp_path: Path
+    clip: str, processor: str, models: Path, data_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     source, frames = data_dir / "media" / clip, CLIPS[clip]
     outputs, states = {}, {}
     for engine in ("onnxruntime", "torch"):
         outputs[engine], states[engine] = tmp_path / f"{engine}.mp4", tmp_path / f"state-{engine}"
-        job_id = _render(source, JOBS[processor], frames, _settings(models, tmp_path, engine), outputs[engine],
-                         states[engine])  # fmt: skip
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="workers.rendering"):
+            job_id = _render(source, JOBS[processor], frames, _settings(models, tmp_path, engine), outputs[engine],
+                             states[engine])  # fmt: skip
         assert FALLBACK not in _warnings(states[engine], job_id)
+        took = any("frames on the cpu device path" in r.getMessage() for r in caplog.records)
+        assert took == (engine == "torch"), engine
     host, device = read_frames(outputs["onnxruntime"]), read_frames(outputs["torch"])
     original = read_frames(source)[:frames]
     assert host.shape == device.shape == original.shape
@@ -108,3 +116,39 @@ def test_a_chain_the_device_path_cannot_run_renders_on_the_opencv_path_with_a_wa
     warned = _warnings(state, job_id)
     assert FALLBACK in warned and "pixelate" in warned[FALLBACK] and "OpenCV" in warned[FALLBACK]
     assert any(f"degraded ({FALLBACK})" in r.getMessage() for r in caplog.records)
+
+
+def test_a_job_of_several_chunks_through_the_farm_takes_the_device_path(
+    models: Path, settings: Settings, api: TestClient, data_dir: Path, tmp_path: Path
+) -> None:
+    clip, frames = data_dir / "media" / "d18.mp4", 16
+    # plain face_blur (no strict detection sweep: cheaper), tracked across the chunks' edges
+    job = {
+        "processors": ["face_blur"],
+        "face": {"blur_strict": False},
+        "chunk_frames": 8,
+        "trim_end_frame": frames,
+        "encoder": {"lossless": True},
+    }
+    reference = tmp_path / "opencv.mp4"
+    _render(clip, job, frames, _settings(models, tmp_path, "onnxruntime"), reference, tmp_path / "state")
+    device = _settings(models, tmp_path, "torch")
+    farm_settings = settings.model_copy(
+        update={k: getattr(device, k) for k in ("models_dir", "model_cache_dir", "allow_model_hash_mismatch",
+                                                "family", "model_base_urls", "engine", "model_engines")}
+    )  # fmt: skip
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    farm = Farm(farm_settings, logs)
+    try:
+        farm.worker("w1")
+        job_id = submit(api, clip, job)
+        body = wait_finished(api, job_id, farm)
+    finally:
+        farm.stop()
+    assert body["status"] == "succeeded", body
+    assert (logs / "w1.log").read_text(errors="replace").count("frames on the cpu device path") == 2  # per chunk
+    ours, theirs = read_frames(download(api, job_id, tmp_path / "out.mp4")), read_frames(reference)
+    assert ours.shape == theirs.shape and len(ours) == frames
+    for index in range(frames):
+        assert psnr(ours[index], theirs[index]) >= PARITY_DB, f"frame {index}"
