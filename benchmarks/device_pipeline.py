@@ -86,6 +86,8 @@ def main() -> None:
         batches = [planes[i : i + args.batch] for i in range(0, args.frames, args.batch)]
         found = [detector.detect(np.stack([cv2.cvtColor(f, cv2.COLOR_YUV2BGR_I420) for f in b])) for b in batches]
         faces = sum(len(f) for per_batch in found for f in per_batch)
+        if args.device == "cpu":  # as the render path runs these stages (workers/device/threads.py)
+            torch.set_num_threads(1)
         threads = torch.get_num_threads()
         print(f"face_blur on crowd_1080p.mp4: {args.frames} frames, {faces} faces, batches of {args.batch}, "
               f"torch {torch.__version__}, {args.device} ({threads} CPU threads; best of {args.repeats})")  # fmt: skip

@@ -28,6 +28,7 @@ import torch
 from workers.device.blurring import blur_faces_in_planes
 from workers.device.cropping import gather_crops, paste_crops, paste_region
 from workers.device.feed import DeviceFrames, PlaneFeed
+from workers.device.threads import one_thread
 from workers.faces.alignment import template_points
 from workers.faces.cropping import FaceCrops
 from workers.faces.detection import Face
@@ -69,22 +70,29 @@ class DevicePath:
         self.feed = PlaneFeed(device)
 
     def stages(self) -> list[Stage]:
-        """Upload, detection, each processor's device stages, download (see the module's docstring)."""
+        """Upload, detection, each processor's device stages, download (see the module's docstring). On the CPU
+        the pixel stages run on one OpenMP thread each (:mod:`workers.device.threads`), the model's as it is."""
+        pixels = one_thread if torch.device(self.device).type == "cpu" else _as_is
         stages: list[Stage] = [self._upload]
         staged = face_chain(self.processors)
         if staged:
             stages.append(detection_stage(staged))
         for processor in self.processors:
             if isinstance(processor, FaceBlurProcessor):
-                stages.append(_blur_stage(processor))
+                stages.append(pixels(_blur_stage(processor)))
             elif isinstance(processor, CropPasteProcessor):
-                stages.extend(_crop_paste_stages(processor))
+                align, model, paste = _crop_paste_stages(processor)
+                stages.extend([pixels(align), model, pixels(paste)])
         stages.append(_download)
         return stages
 
     def _upload(self, work: Work) -> Work:
         work.device = self.feed.take(work.frames)
         return work
+
+
+def _as_is(stage: Stage) -> Stage:
+    return stage
 
 
 def _frames(work: Work) -> DeviceFrames:
