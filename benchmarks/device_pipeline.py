@@ -33,7 +33,7 @@ from shared.options import FaceOptions, JobOptions
 from tests.support.faces import cpu_settings
 from tests.support.replicas import arcface_w600k_r50, install_replica, inswapper_128, replica_settings
 from workers.device.blurring import blur_faces_in_planes
-from workers.device.colour import yuv420_to_bgr
+from workers.device.feed import PlaneFeed
 from workers.device.path import DevicePath, plan
 from workers.faces.detection import Face, FaceDetector
 from workers.ffmpeg import decode_args
@@ -58,8 +58,8 @@ def torch_path(
     planes: np.ndarray, faces: Faces | None, detect: Callable[[np.ndarray], Faces], device: str = "cpu"
 ) -> np.ndarray:
     raw = torch.from_numpy(planes.copy()).to(device)
-    if faces is None:
-        faces = detect(yuv420_to_bgr(raw).to(torch.uint8).permute(0, 2, 3, 1).contiguous().cpu().numpy())
+    if faces is None:  # the detector's frames as the render path makes them (workers/device/feed.py)
+        faces = detect(next(PlaneFeed(device).frames([planes], keep=False)))
     return blur_faces_in_planes(raw, faces, STRENGTH).cpu().numpy()
 
 

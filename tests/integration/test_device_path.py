@@ -1,9 +1,10 @@
 """The device path end to end (``swapfarm run``): with the engine set to torch, a job's frames go through torch
 on the worker's device (the CPU here, as in CI) and come out as the OpenCV path's do — ≥ 40 dB PSNR per frame on
 ``d18`` and ``crowd_1080p``, for ``face_blur`` (default, strict options) and ``face_swapper`` (replica inswapper,
-on ONNX Runtime in both runs, so that only the frame path differs) — a job of several chunks through the farm's
-Celery workers (look-behind and look-ahead frames on the device path too) agrees the same way, and a chain it
-cannot run renders on the OpenCV path with a job warning.
+on ONNX Runtime in both runs, so that only the frame path differs; on ``d18`` also chained with
+``face_enhancer``). A job of several chunks through the farm's Celery workers (look-behind and look-ahead frames
+on the device path too) agrees the same way, and a chain the device path cannot run renders on the OpenCV path
+with a job warning.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from shared.settings import Settings
 from tests.integration.conftest import download, submit, wait_finished
 from tests.support.farm import Farm
 from tests.support.media import psnr, read_frames
-from tests.support.replicas import arcface_w600k_r50, install_replica, inswapper_128, replica_settings
+from tests.support.replicas import arcface_w600k_r50, gfpgan_1_4, install_replica, inswapper_128, replica_settings
 from workers.device.selection import FALLBACK
 from workers.embedded import run_local
 
@@ -35,7 +36,14 @@ CLIPS = {"d18.mp4": 6, "crowd_1080p.mp4": 3}  # frames rendered of each: a few, 
 JOBS: dict[str, dict[str, Any]] = {
     "face_blur": {"processors": ["face_blur"]},
     "face_swapper": {"processors": ["face_swapper"], "face": {"swapper": "inswapper_128"}},
+    "face_swapper+face_enhancer": {  # a chain: the enhancer crops the swapped frames, pastes a larger crop back
+        "processors": ["face_swapper", "face_enhancer"],
+        "face": {"swapper": "inswapper_128", "enhancer": "gfpgan_1.4"},
+    },
 }
+CASES = [(clip, job) for clip in CLIPS for job in ("face_blur", "face_swapper")] + [
+    ("d18.mp4", "face_swapper+face_enhancer")
+]
 
 
 @pytest.fixture(scope="module")
@@ -45,13 +53,17 @@ def models(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Path:
     shutil.copy(data_dir / "models" / "yunet_2023mar.onnx", folder / "yunet_2023_mar.onnx")
     install_replica(arcface_w600k_r50(), "arcface_w600k_r50", folder)
     install_replica(inswapper_128(), "inswapper_128", folder)
+    install_replica(gfpgan_1_4(), "gfpgan_1.4", folder)
     return folder
 
 
 def _settings(models: Path, tmp_path: Path, engine: str) -> Settings:
     # the models stay on ONNX Runtime either way: the engine setting picks the frame path
     return replica_settings(
-        models, work_dir=tmp_path / "work", engine=engine, model_engines={"inswapper_128": "onnxruntime"}
+        models,
+        work_dir=tmp_path / "work",
+        engine=engine,
+        model_engines=dict.fromkeys(("inswapper_128", "gfpgan_1.4"), "onnxruntime"),
     )
 
 
@@ -76,8 +88,7 @@ def _warnings(state: Path, job_id: str) -> dict[str | None, str]:
         return {e.error_code: e.message for e in found if e.kind == events.EventKind.WARNING}
 
 
-@pytest.mark.parametrize("processor", list(JOBS))
-@pytest.mark.parametrize("clip", list(CLIPS))
+@pytest.mark.parametrize(("clip", "processor"), CASES)
 def test_the_device_path_renders_what_the_opencv_path_renders(
     clip: str, processor: str, models: Path, data_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
