@@ -7,12 +7,18 @@ from typing import cast
 
 from shared.families import AcceleratorFamily
 from shared.settings import Settings
-from workers.engines.loading import choose_engine
+from workers.engines.loading import EngineChoice, choose_engine
 
-__all__ = ["FALLBACK", "frame_path_device"]
+__all__ = ["FALLBACK", "frame_path_device", "frame_path_engine"]
 
 FALLBACK = "device_path_fallback"
 """The degradation code of a chunk the device path cannot run (it renders on the OpenCV path)."""
+
+
+def frame_path_engine(settings: Settings, family: str) -> EngineChoice:
+    """The engine ``settings.engine`` resolves to on a worker of ``family`` (per-model overrides aside), and why:
+    torch takes the frames through the device path, ONNX Runtime through the OpenCV path."""
+    return choose_engine(settings.model_copy(update={"model_engines": {}}), cast(AcceleratorFamily, family), "")
 
 
 def frame_path_device(settings: Settings, family: str) -> str | None:
@@ -22,8 +28,7 @@ def frame_path_device(settings: Settings, family: str) -> str | None:
     this machine (``auto``: torch on CUDA/ROCm and on CPUs with native bf16); per-model overrides
     (``settings.model_engines``) choose the models' engines only.
     """
-    choice = choose_engine(settings.model_copy(update={"model_engines": {}}), cast(AcceleratorFamily, family), "")
-    if choice.engine != "torch":
+    if frame_path_engine(settings, family).engine != "torch":
         return None
     from workers.engines.torch_engine import device_for  # torch is imported only where the path runs
 
