@@ -9,6 +9,7 @@ the 4:2:0 planes), :mod:`~workers.device.pipeline` (a batch through them). Warps
 
 In the render path where the worker's engine setting resolves to torch (:mod:`~workers.device.selection`):
 :mod:`~workers.device.feed` carries a chunk's planes, :mod:`~workers.device.path` builds the chain's stages. Not
-yet on the device: detection (ONNX Runtime on the host's BGR frames, as on the OpenCV path), ``face_debugger``
+yet on the device: detection (ONNX Runtime on the host's BGR frames, as on the OpenCV path; the converted
+detectors of :mod:`~workers.device.detection` find the same faces, not yet wired in), ``face_debugger``
 and ``face_blur``'s ``pixelate`` style (those chains render on the OpenCV path, with a warning).
 """
