@@ -1,4 +1,9 @@
-"""The torch device path vs the OpenCV/numpy path for ``face_blur`` on ``crowd_1080p.mp4``, side by side.
+"""The torch device path vs the OpenCV/numpy path on ``crowd_1080p.mp4``, side by side.
+
+First a chunk end to end as a job renders it (:mod:`workers.rendering`: the decoder's pipe, tracks, the chain's
+stages, the encoder's pipe; no database or storage), for ``face_blur`` (the job's default options: tracks, strict
+margin) and ``face_swapper`` (a replica inswapper at reduced width, on ONNX Runtime in both paths, so that the
+ratio is the frame path's: the swapper costs the same on both). Then ``face_blur``'s pixel work alone:
 
 Both take the chunk's 4:2:0 planes as the decoder's pipe gives them and hand 4:2:0 planes to the encoder's pipe:
 the OpenCV path converts whole frames to BGR and back around the blur of every detected face; the device path
@@ -6,7 +11,7 @@ converts the faces' regions only. Printed per frame, with and without the
 detection (the same YuNet model through ONNX Runtime in both), and the ratio torch / OpenCV. The device path runs
 on the CPU unless ``--device`` names another (``cuda``); the OpenCV path always runs on the host.
 
-    .venv/bin/python -m benchmarks.device_pipeline [--frames 24] [--batch 8] [--data ../shared/data]
+    .venv/bin/python -m benchmarks.device_pipeline [--frames 24] [--batch 8] [--data ../shared/data] [--no-chunk]
 """
 
 from __future__ import annotations
@@ -24,13 +29,19 @@ import cv2
 import numpy as np
 import torch
 
-from shared.options import FaceOptions
+from shared.options import FaceOptions, JobOptions
 from tests.support.faces import cpu_settings
+from tests.support.replicas import arcface_w600k_r50, install_replica, inswapper_128, replica_settings
 from workers.device.blurring import blur_faces_in_planes
-from workers.device.colour import yuv420_to_bgr
+from workers.device.feed import PlaneFeed
+from workers.device.path import DevicePath, plan
 from workers.faces.detection import Face, FaceDetector
+from workers.pipeline import face_chain, run_stages, stages_of
+from workers.processors import Processor, ProcessorContext, build
 from workers.processors.face_blur import blur_faces
+from workers.track_feed import TrackFeed
 from workers.video.ffmpeg import decode_args
+from workers.video.pipes import FrameReader, FrameWriter
 
 STRENGTH = 0.5
 Faces = Sequence[Sequence[Face]]
@@ -40,15 +51,15 @@ def opencv_path(planes: np.ndarray, faces: Faces | None, detect: Callable[[np.nd
     frames = np.stack([cv2.cvtColor(frame, cv2.COLOR_YUV2BGR_I420) for frame in planes])
     found = faces if faces is not None else detect(frames)
     pairs = zip(frames, found, strict=True)
-    return np.stack([cv2.cvtColor(blur_faces(frame, f, STRENGTH), cv2.COLOR_BGR2YUV_I420) for frame, f in pairs])
+    return np.stack([cv2.cvtColor(blur_faces(frame, list(f), STRENGTH), cv2.COLOR_BGR2YUV_I420) for frame, f in pairs])
 
 
 def torch_path(
     planes: np.ndarray, faces: Faces | None, detect: Callable[[np.ndarray], Faces], device: str = "cpu"
 ) -> np.ndarray:
     raw = torch.from_numpy(planes.copy()).to(device)
-    if faces is None:
-        faces = detect(yuv420_to_bgr(raw).to(torch.uint8).permute(0, 2, 3, 1).contiguous().cpu().numpy())
+    if faces is None:  # the detector's frames as the render path makes them (workers/device/feed.py)
+        faces = detect(next(PlaneFeed(device).frames([planes], keep=False)))
     return blur_faces_in_planes(raw, faces, STRENGTH).cpu().numpy()
 
 
@@ -59,8 +70,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--device", default="cpu", help="torch device of the device path (cpu, cuda …)")
     parser.add_argument("--data", type=Path, default=Path(__file__).resolve().parents[2] / "shared" / "data")
+    parser.add_argument("--no-chunk", action="store_true", help="skip the end-to-end chunk comparison")
     args = parser.parse_args()
     clip = args.data / "media" / "crowd_1080p.mp4"
+    if not args.no_chunk:
+        chunk_comparison(clip, args.data, args.frames, args.batch, args.repeats, args.device)
     raw = subprocess.run(decode_args(clip, 0, args.frames, "yuv420p"), capture_output=True, check=True).stdout
     planes = np.frombuffer(raw, np.uint8).reshape(args.frames, 1620, 1920).copy()
     with tempfile.TemporaryDirectory() as tmp:
@@ -72,6 +86,8 @@ def main() -> None:
         batches = [planes[i : i + args.batch] for i in range(0, args.frames, args.batch)]
         found = [detector.detect(np.stack([cv2.cvtColor(f, cv2.COLOR_YUV2BGR_I420) for f in b])) for b in batches]
         faces = sum(len(f) for per_batch in found for f in per_batch)
+        if args.device == "cpu":  # as the render path runs these stages (workers/device/threads.py)
+            torch.set_num_threads(1)
         threads = torch.get_num_threads()
         print(f"face_blur on crowd_1080p.mp4: {args.frames} frames, {faces} faces, batches of {args.batch}, "
               f"torch {torch.__version__}, {args.device} ({threads} CPU threads; best of {args.repeats})")  # fmt: skip
@@ -90,6 +106,63 @@ def main() -> None:
                 rates[name] = best / args.frames * 1000
             print(f"  {label:18s} OpenCV {rates['OpenCV']:6.1f} ms/frame   torch {rates['torch']:6.1f} ms/frame   "
                   f"torch/OpenCV {rates['torch'] / rates['OpenCV']:.2f}x time")  # fmt: skip
+
+
+def chunk_comparison(clip: Path, data: Path, frames: int, batch: int, repeats: int, device: str) -> None:
+    """A chunk of ``frames`` frames through both paths, per processor: ms per frame and the ratio."""
+    print(f"chunk end to end on {clip.name}: {frames} frames, batches of {batch}, device path on {device} "
+          f"(torch {torch.__version__}, {torch.get_num_threads()} threads; best of {repeats})")  # fmt: skip
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        models = folder / "models"
+        models.mkdir()
+        shutil.copy(data / "models" / "yunet_2023mar.onnx", models / "yunet_2023_mar.onnx")
+        install_replica(arcface_w600k_r50(), "arcface_w600k_r50", models)
+        install_replica(inswapper_128(), "inswapper_128", models)
+        settings = replica_settings(models, batch_size=batch)
+        jobs = {
+            "face_blur": {"processors": ["face_blur"]},
+            "face_swapper": {"processors": ["face_swapper"], "face": {"swapper": "inswapper_128"}},
+        }
+        for name, job in jobs.items():
+            options = JobOptions.model_validate(job)
+            context = ProcessorContext(options=options, sources=[data / "media" / "s0.jpg"], settings=settings)
+            processors = [build(p, context) for p in options.processors]
+            paths = {"OpenCV": None, "torch": plan(processors, device, width=1920, height=1080)}
+            times = dict.fromkeys(paths, float("inf"))
+            for _ in range(repeats):  # alternated, so that a busy spell of the machine falls on both
+                for label, path in paths.items():
+                    assert not isinstance(path, str), path
+                    started = time.perf_counter()
+                    _render(clip, processors, path, options, frames, batch, folder / "out.mp4")
+                    times[label] = min(times[label], (time.perf_counter() - started) / frames * 1000)
+            print(f"  {name:13s} OpenCV {times['OpenCV']:6.1f} ms/frame   torch {times['torch']:6.1f} ms/frame   "
+                  f"torch/OpenCV {times['torch'] / times['OpenCV']:.2f}x time")  # fmt: skip
+
+
+def _render(
+    clip: Path,
+    processors: list[Processor],
+    path: DevicePath | None,
+    options: JobOptions,
+    frames: int,
+    batch: int,
+    output: Path,
+) -> None:
+    """The render step's frame pipeline for one chunk from the clip's start (as ``workers.rendering._process``)."""
+    planes = path is not None
+    reader = FrameReader(clip, seek_seconds=0.0, frames=frames, width=1920, height=1080, batch_size=batch,
+                         planes=planes)  # fmt: skip
+    writer = FrameWriter(output, width=1920, height=1080, fps="25", options=options.encoder, planes=planes)
+    staged = face_chain(processors)
+    targeter = next((p.targeter for p in staged if p.targeter is not None), None)
+    strict = "face_blur" in options.processors and options.face.blur_strict
+    feed = TrackFeed(staged[0].detector, targeter, options.face, strict=strict, batch_size=batch)
+    with reader:
+        chunk = reader if path is None else path.feed.frames(reader)
+        run_stages(feed.work((), chunk, frames), stages_of(processors) if path is None else path.stages(), writer.write)
+    writer.close()
+    assert writer.frames_written == frames
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The device pipeline's GPU measurements in one run, under 8 minutes on one H200 (each step has its own limit).
+# The device pipeline's GPU measurements in one run, under 9 minutes on one H200 (each step has its own limit).
 #
 #   benchmarks/device_run.sh [DATA]      # DATA: the folder with media/ and models/ (default ../shared/data)
 #
@@ -29,8 +29,8 @@ step 20 "machine" nvidia-smi --query-gpu=name,memory.total,driver_version --form
 step 60 "swapfarm doctor" "$python" -m cli doctor
 step 120 "tests marked gpu, accelerator families" "$python" -m pytest -q -p no:cacheprovider \
     tests/workers/test_gpu.py tests/workers/test_accelerator_families.py
-step 60 "device path vs OpenCV path, face_blur on crowd_1080p" "$python" -m benchmarks.device_pipeline \
-    --device cuda --frames 32 --data "$data"
+step 120 "device path vs OpenCV path on crowd_1080p (chunk end to end, face_blur pixels)" "$python" -m benchmarks.device_pipeline \
+    --device cuda --frames 16 --repeats 2 --data "$data"
 step 180 "gpu_check" "$python" benchmarks/gpu_check.py --budget 165 --data "$data" --buckets 1 8 32 64 \
     --modes eager default max-autotune
 exit $status

@@ -127,7 +127,8 @@ class Settings(BaseSettings):
     )
     execution_providers: list[str] | None = Field(None, description="ONNX Runtime providers, in order")
 
-    # Inference engine of the heavy face models (swappers, enhancers); detectors and recognisers use ONNX Runtime
+    # Inference engine of the heavy face models (swappers, enhancers); detectors and recognisers use ONNX Runtime.
+    # Where it resolves to torch, a job's frames also take the device path (workers/device/), else the OpenCV one.
     engine: EngineName | Literal["auto"] = Field(
         "auto",
         description="auto: compiled torch on cuda/rocm, and on CPUs that compute bf16 natively (AMX, AVX-512 BF16) "

@@ -25,6 +25,7 @@ from shared.errors import FfmpegError, ModelError
 from shared.families import GPU_FAMILIES, AcceleratorFamily
 from shared.options import Enhancer, Swapper, choices
 from shared.settings import Settings
+from workers.device.selection import frame_path_engine
 from workers.engines.capability import probe_cpu
 from workers.engines.family import detect_family, torch_build
 from workers.engines.loading import EngineChoice, choose_engine, compile_mode, max_batch
@@ -149,6 +150,9 @@ def _engines_section(report: Report, settings: Settings, family: AcceleratorFami
             report.errors.append("a model is set to the torch engine but torch is not installed")
         elif family in GPU_FAMILIES and not _cuda_usable():
             report.errors.append(f"a model is set to the torch engine on {family}, but torch sees no GPU")
+    frames = frame_path_engine(settings, family)
+    path = "the device path (torch)" if frames.engine == "torch" else "the OpenCV path"
+    report.add("engines", "frames", f"{path} — {frames.reason}")
     report.add("engines", "memory", f"safety fraction {settings.memory_safety_fraction}, RAM budget "
                f"{_bytes(settings.ram_budget_bytes) if settings.ram_budget_bytes else 'free memory'}")  # fmt: skip
 

@@ -35,7 +35,7 @@ def stages_of(processors: Sequence[Processor]) -> list[Stage]:
     staged = [cast(Staged, p) for p in processors if callable(getattr(p, "stages", None))]
     stages: list[Stage] = []
     if staged:
-        stages.append(_detection(staged))
+        stages.append(detection_stage(staged))
     for processor in processors:
         if callable(getattr(processor, "stages", None)):
             stages.extend(cast(Staged, processor).stages())
@@ -44,7 +44,8 @@ def stages_of(processors: Sequence[Processor]) -> list[Stage]:
     return stages
 
 
-def _detection(staged: Sequence[Staged]) -> Stage:
+def detection_stage(staged: Sequence[Staged]) -> Stage:
+    """The chain's one face detection (and selection), skipped for work whose faces tracks decided already."""
     detector = staged[0].detector
     targeter = next((p.targeter for p in staged if p.targeter is not None), None)
 

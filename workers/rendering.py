@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sqlalchemy.exc import OperationalError
 
@@ -29,6 +30,7 @@ from shared.media import MediaInfo
 from shared.options import JobOptions
 from shared.tasks import RENDER_CHUNK, STITCH, message
 from workers import notices
+from workers.device.selection import FALLBACK, frame_path_device
 from workers.engines.base import Degradation
 from workers.leases import Heartbeat
 from workers.pipeline import face_chain, run_stages, stages_of
@@ -39,6 +41,9 @@ from workers.track_feed import TrackFeed
 from workers.video import codecs, ffmpeg
 from workers.video.frame_scan import frame_times
 from workers.video.pipes import FrameReader, FrameWriter
+
+if TYPE_CHECKING:
+    from workers.device.path import DevicePath
 
 logger = logging.getLogger(__name__)
 
@@ -207,6 +212,7 @@ def _process(
         behind, ahead = min(feed.context, claim.frame_start), feed.context
     sizes = render_sizes(media.width, media.height, options)
     width, height = sizes.decoded
+    path = _device_path(rt, processors, width, height)
     read = partial(
         FrameReader,
         target,
@@ -217,6 +223,7 @@ def _process(
         stall_seconds=rt.settings.chunk_stall_seconds,
         hwaccel=rt.codecs.hwaccel,
         scale=(width, height) != (media.width, media.height),
+        planes=path is not None,
     )
     reader = read(seek_seconds=claim.seek_seconds, frames=frames, extra=ahead)
     # The look-behind: the frames before the chunk, as context for its tracks. Seeking by the nominal frame rate
@@ -226,7 +233,7 @@ def _process(
     lookbehind = read(seek_seconds=behind_seconds, frames=behind, optional=True)
     writer = FrameWriter(  # at the output size: the frame enhancer, if any, upscaled the frames to it
         encoded, width=sizes.output[0], height=sizes.output[1], fps=media.fps, options=options.encoder,
-        stall_seconds=rt.settings.chunk_stall_seconds,
+        stall_seconds=rt.settings.chunk_stall_seconds, planes=path is not None,
     )  # fmt: skip
 
     def sink(batch: FrameBatch) -> None:
@@ -238,14 +245,35 @@ def _process(
 
     try:
         with lookbehind, reader:
-            work = feed.work(lookbehind if behind else (), reader, frames) if feed is not None else reader
-            run_stages(work, stages_of(processors), sink)
+            chunk, before = (
+                (reader, lookbehind)
+                if path is None
+                else (path.feed.frames(reader), path.feed.frames(lookbehind, keep=False))
+            )
+            work = feed.work(before if behind else (), chunk, frames) if feed is not None else chunk
+            run_stages(work, stages_of(processors) if path is None else path.stages(), sink)
         writer.close()
     except BaseException:
         writer.abort()
         raise
     if writer.frames_written != frames:
         raise ProcessorError(f"chunk produced {writer.frames_written} frames, expected {frames}")
+
+
+def _device_path(rt: Runtime, processors: list[Processor], width: int, height: int) -> DevicePath | None:
+    """The chunk's device path where the engine setting asks for torch (:mod:`workers.device.path`), else
+    ``None``: the OpenCV path; a chain the device path cannot run takes the OpenCV path with a degradation."""
+    device = frame_path_device(rt.settings, rt.family)
+    if device is None:
+        return None
+    from workers.device.path import plan  # torch: imported only where the engine setting asks for it
+
+    chosen = plan(processors, device, width=width, height=height)
+    if isinstance(chosen, str):
+        notices.report(FALLBACK, f"the frames render on the OpenCV path, not the {device} device path: {chosen}")
+        return None
+    logger.info("frames on the %s device path", device)
+    return chosen
 
 
 def _track_feed(rt: Runtime, options: JobOptions, processors: list[Processor]) -> TrackFeed | None:

@@ -7,6 +7,9 @@ for all faces at once), :mod:`~workers.device.cropping` (batched crops, paste-ba
 :mod:`~workers.device.suppression` (NMS), :mod:`~workers.device.blurring` (``face_blur``, on the faces' regions of
 the 4:2:0 planes), :mod:`~workers.device.pipeline` (a batch through them). Warps and Gaussian kernels are kornia's.
 
-Not yet in the render path: a job's processors still run the OpenCV/numpy stages; these are the parts, each
-tested against the host path's frames.
+In the render path where the worker's engine setting resolves to torch (:mod:`~workers.device.selection`):
+:mod:`~workers.device.feed` carries a chunk's planes, :mod:`~workers.device.path` builds the chain's stages. Not
+yet on the device: detection (ONNX Runtime on the host's BGR frames, as on the OpenCV path; the converted
+detectors of :mod:`~workers.device.detection` find the same faces, not yet wired in), ``face_debugger``
+and ``face_blur``'s ``pixelate`` style (those chains render on the OpenCV path, with a warning).
 """

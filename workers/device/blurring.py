@@ -8,11 +8,12 @@ from collections.abc import Sequence
 import torch
 from kornia.filters import get_gaussian_kernel1d
 
-from workers.device.colour import bgr_to_yuv420, yuv420_to_bgr
+from shared.options import BlurStyle
+from workers.device.colour import bgr_to_yuv420, cut_planes, even_region, paste_planes, yuv420_to_bgr
 from workers.faces.detection import Face
-from workers.processors.face_blur import face_region
+from workers.processors.face_blur import face_region, grown_region
 
-__all__ = ["blur_faces", "blur_faces_in_planes", "gaussian_kernel"]
+__all__ = ["blur_faces", "blur_faces_in_planes", "gaussian_kernel", "soft_mask"]
 
 # OpenCV's fixed kernels for sides up to 9 when sigma is derived from the side (getGaussianKernel's table).
 _SMALL = {
@@ -82,39 +83,60 @@ def blur_faces(frames: torch.Tensor, faces: Sequence[Sequence[Face]], strength: 
     return frames
 
 
-def blur_faces_in_planes(planes: torch.Tensor, faces: Sequence[Sequence[Face]], strength: float) -> torch.Tensor:
+def soft_mask(height: int, width: int, inner: tuple[int, int, int, int], device: torch.device) -> torch.Tensor:
+    """1 inside ``inner`` (x1, y1, x2, y2 within the region), falling linearly to 0 at the region's edge: the host
+    path's soft edge (:func:`workers.processors.face_blur._soft_mask`), ``[h, w]``."""
+    x1, y1, x2, y2 = inner
+
+    def ramp(extent: int, lo: int, hi: int) -> torch.Tensor:
+        pos = torch.arange(extent, dtype=torch.float32, device=device)
+        ones = torch.ones_like(pos)
+        before = ((pos + 1) / max(lo, 1)).clamp(0, 1) if lo > 0 else ones
+        after = ((extent - pos) / max(extent - hi, 1)).clamp(0, 1) if hi < extent else ones
+        return torch.minimum(before, after)
+
+    return ramp(height, y1, y2)[:, None] * ramp(width, x1, x2)[None, :]
+
+
+def blur_faces_in_planes(
+    planes: torch.Tensor,
+    faces: Sequence[Sequence[Face]],
+    strength: float,
+    *,
+    style: BlurStyle = "blur",
+    margin: float = 0.0,
+) -> torch.Tensor:
     """``face_blur`` on 4:2:0 planes (uint8 ``[N, H*3/2, W]`` on the device), in place; returned.
 
-    Only the faces' regions are converted (to BGR, blurred, back to 4:2:0), each widened to whole 2×2 chroma
+    Only the faces' regions are converted (to BGR, hidden, back to 4:2:0), each widened to whole 2×2 chroma
     blocks; every other pixel passes through untouched. The work grows with the faces' area, not the frame's.
+    Faces are hidden one after the other, each on the frame as the ones before left it, as the host path does.
+
+    Args:
+        style: ``blur`` or ``fill`` (``pixelate`` runs on the host path only).
+        margin: each side of the box grows by this fraction of its size; the edge fades out within the margin.
     """
+    if style not in ("blur", "fill"):
+        raise ValueError(f"blur style {style} has no device path")
     count, rows, width = planes.shape
     height = rows * 2 // 3
     for index, found in enumerate(faces):
-        source = planes[index].clone() if len(found) > 1 else planes[index]  # boxes may overlap: blur the original
         for face in found:
-            x1, y1, x2, y2 = face_region(face, (height, width))
+            x1, y1, x2, y2 = grown_region(face, margin, (height, width))
             if x2 <= x1 or y2 <= y1:
                 continue
-            ex1, ey1, ex2, ey2 = x1 & ~1, y1 & ~1, min(width, (x2 + 1) & ~1), min(height, (y2 + 1) & ~1)
-            region = yuv420_to_bgr(_cut(source, ex1, ey1, ex2, ey2, height, width).unsqueeze(0))[0]
-            side = max(3, int(strength * max(x2 - x1, y2 - y1)) | 1)
+            ex1, ey1, ex2, ey2 = even_region(x1, y1, x2, y2, height, width)
+            region = yuv420_to_bgr(cut_planes(planes[index], ex1, ey1, ex2, ey2).unsqueeze(0))[0]
             inner = region[:, y1 - ey1 : y2 - ey1, x1 - ex1 : x2 - ex1]
-            region[:, y1 - ey1 : y2 - ey1, x1 - ex1 : x2 - ex1] = _blur(inner, side).round()
-            _paste(planes[index], bgr_to_yuv420(region.unsqueeze(0))[0], ex1, ey1, ex2, ey2, height, width)
+            if style == "fill":  # the region's mean colour, truncated as numpy's astype(uint8)
+                hidden = inner.mean(dim=(1, 2), keepdim=True).floor().expand_as(inner)
+            else:
+                side = max(3, int(strength * max(x2 - x1, y2 - y1)) | 1)
+                hidden = _blur(inner, side).round()
+            if margin > 0:
+                bx1, by1, bx2, by2 = face_region(face, (height, width))
+                alpha = soft_mask(y2 - y1, x2 - x1, (bx1 - x1, by1 - y1, bx2 - x1, by2 - y1), planes.device)
+                hidden = (hidden * alpha + inner * (1 - alpha) + 0.5).floor().clamp(0, 255)
+            region[:, y1 - ey1 : y2 - ey1, x1 - ex1 : x2 - ex1] = hidden
+            paste_planes(planes[index], bgr_to_yuv420(region.unsqueeze(0))[0], ex1, ey1, ex2, ey2)
     return planes
-
-
-def _cut(frame: torch.Tensor, x1: int, y1: int, x2: int, y2: int, height: int, width: int) -> torch.Tensor:
-    """The planes of the even-aligned rectangle, as a small frame of its own ``[h*3/2, w]``."""
-    chroma = frame[height:].reshape(2, height // 2, width // 2)[:, y1 // 2 : y2 // 2, x1 // 2 : x2 // 2]
-    return torch.cat([frame[y1:y2, x1:x2], chroma.reshape((y2 - y1) // 2, x2 - x1)], dim=0)
-
-
-def _paste(
-    frame: torch.Tensor, small: torch.Tensor, x1: int, y1: int, x2: int, y2: int, height: int, width: int
-) -> None:
-    rows = y2 - y1
-    frame[y1:y2, x1:x2] = small[:rows]
-    chroma = frame[height:].view(2, height // 2, width // 2)
-    chroma[:, y1 // 2 : y2 // 2, x1 // 2 : x2 // 2] = small[rows:].reshape(2, rows // 2, (x2 - x1) // 2)

@@ -6,26 +6,32 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from kornia.geometry.transform import warp_affine
 
 from workers.device.geometry import similarity_transforms
 
-__all__ = ["gather_crops", "paste_crops"]
+__all__ = ["gather_crops", "paste_crops", "paste_region"]
 
 _MARGIN = 2  # pixels around a region, so that bilinear and bicubic taps read real pixels
+
+
+def paste_region(transform: torch.Tensor, size: float, height: int, width: int) -> tuple[int, int, int, int]:
+    """The frame's pixels a ``size`` crop covers once pasted back through ``transform``: ``x1, y1, x2, y2``."""
+    return _region(transform.to(torch.float64), size, height, width, 0)
 
 
 def _region(transform: torch.Tensor, size: float, height: int, width: int, margin: int) -> tuple[int, int, int, int]:
     """The frame's pixels a ``size`` crop covers through the inverse of ``transform``, ``margin`` wider:
     ``x1, y1, x2, y2``, clipped to the frame (the host path's ``paste_region`` with no margin)."""
-    linear, shift = transform[:, :2], transform[:, 2]
-    inverse = torch.linalg.inv(linear)
-    corners = torch.tensor([[0, 0], [size, 0], [size, size], [0, size]], dtype=transform.dtype)
-    points = (corners - shift) @ inverse.T
-    x1, y1 = (math.floor(v) - margin for v in points.min(dim=0).values.tolist())
-    x2, y2 = (math.ceil(v) + margin for v in points.max(dim=0).values.tolist())
+    matrix = transform.detach().cpu().numpy().astype(np.float64)  # a 2×3 on the host: numpy beats small torch ops
+    inverse = np.linalg.inv(matrix[:, :2])
+    corners = np.array([[0, 0], [size, 0], [size, size], [0, size]], dtype=np.float64)
+    points = (corners - matrix[:, 2]) @ inverse.T
+    x1, y1 = (math.floor(v) - margin for v in points.min(axis=0).tolist())
+    x2, y2 = (math.ceil(v) + margin for v in points.max(axis=0).tolist())
     return max(0, x1), max(0, y1), min(width, x2), min(height, y2)
 
 
@@ -35,7 +41,8 @@ def gather_crops(
     """Every face's aligned crop, in one sampling call for the batch.
 
     Args:
-        frames: float BGR ``[N, 3, H, W]``.
+        frames: BGR ``[N, 3, H, W]``, float or uint8 (a view of the host's frames serves: only the faces'
+            regions are read, and converted to float).
         landmarks: ``[F, 5, 2]``, the faces' landmarks in frame pixels.
         frame_of: ``[F]``, the frame of each face.
         template: ``[5, 2]``, the landmarks' places in a ``size`` crop.
@@ -47,17 +54,25 @@ def gather_crops(
     transforms = similarity_transforms(landmarks.cpu(), template.cpu())
     height, width = frames.shape[2:]
     regions = [_region(t, size, height, width, _MARGIN) for t in transforms]
-    tall = max(r[3] - r[1] for r in regions)
-    wide = max(r[2] - r[0] for r in regions)
-    patches = []
     shifted = transforms.clone()
-    for index, (x1, y1, x2, y2) in enumerate(regions):
-        patch = frames[int(frame_of[index]), :, y1:y2, x1:x2]
-        # replicate to a common size: the frame's own edge where the region was clipped to it
-        patches.append(F.pad(patch[None], (0, wide - (x2 - x1), 0, tall - (y2 - y1)), mode="replicate")[0])
+    for index, (x1, y1, _, _) in enumerate(regions):
         shifted[index, :, 2] += shifted[index, :, :2] @ torch.tensor([x1, y1], dtype=transforms.dtype)
     matrices = shifted.to(frames.device, torch.float32)
-    crops = warp_affine(torch.stack(patches), matrices, (size, size), mode="bilinear", padding_mode="border")
+    patches = [frames[int(frame_of[i]), :, y1:y2, x1:x2][None].float() for i, (x1, y1, x2, y2) in enumerate(regions)]
+    if frames.device.type == "cpu":
+        # one warp per face: on the CPU, padding every region to the largest and stacking them costs more than
+        # the warps (the border mode replicates each region's own edge either way)
+        crops = torch.cat([
+            warp_affine(patch, matrices[i : i + 1], (size, size), mode="bilinear", padding_mode="border")
+            for i, patch in enumerate(patches)
+        ])  # fmt: skip
+    else:  # one warp for the batch: regions replicated to a common size (the frame's own edge where clipped)
+        tall = max(r[3] - r[1] for r in regions)
+        wide = max(r[2] - r[0] for r in regions)
+        padded = [
+            F.pad(patch, (0, wide - patch.shape[3], 0, tall - patch.shape[2]), mode="replicate")[0] for patch in patches
+        ]
+        crops = warp_affine(torch.stack(padded), matrices, (size, size), mode="bilinear", padding_mode="border")
     return crops.round().clamp(0, 255), transforms
 
 
@@ -67,11 +82,11 @@ def paste_crops(
     """Blend each processed crop back into its frame through the inverse of its transform, in place; returned.
 
     Args:
-        frames: float BGR ``[N, 3, H, W]``.
+        frames: BGR ``[N, 3, H, W]``, float or uint8 (written to in place, rounded).
         crops: float ``[F, 3, S, S]``, the size they were gathered at.
         transforms: ``[F, 2, 3]`` frame → crop, as :func:`gather_crops` gave them.
         frame_of: ``[F]``.
-        mask: ``[S, S]`` blend weights in 0…1.
+        mask: ``[S, S]`` blend weights in 0…1, or ``[F, S, S]``: one per crop.
     """
     height, width = frames.shape[2:]
     size = crops.shape[-1]
@@ -85,8 +100,10 @@ def paste_crops(
         matrix = inverse[None].to(frames.device, torch.float32)
         region = (y2 - y1, x2 - x1)
         face = warp_affine(crops[index : index + 1], matrix, region, mode="bicubic", padding_mode="border")
-        weight = warp_affine(mask[None, None].to(frames.device), matrix, region, mode="bilinear")
+        face_mask = mask[index] if mask.ndim == 3 else mask
+        weight = warp_affine(face_mask[None, None].to(frames.device), matrix, region, mode="bilinear")
         target = frames[int(frame_of[index]), :, y1:y2, x1:x2]
-        blended = target + (face[0].clamp(0, 255) - target) * weight[0].clamp(0, 1)
+        background = target.float()
+        blended = background + (face[0].clamp(0, 255) - background) * weight[0].clamp(0, 1)
         target.copy_(blended.round())
     return frames

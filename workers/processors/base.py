@@ -42,12 +42,15 @@ class Work:
         faces: every face detected in each frame as decoded (one detection for the whole chain).
         targets: the faces the job's selector mode picks among them, per frame.
         state: what a processor's stage hands its next stage (aligned crops, model outputs).
+        device: the device path's copy of the batch (:class:`workers.device.feed.DeviceFrames`), ``None`` on
+            the OpenCV path.
     """
 
     frames: FrameBatch
     faces: list[list[Face]] | None = None
     targets: list[list[Face]] | None = None
     state: object = None
+    device: object = None
 
 
 Stage = Callable[[Work], Work]

@@ -109,6 +109,11 @@ class CropPasteProcessor:
         mask = box_mask(self.crop_size, mask_blur, mask_padding)
         self.mask: FloatArray = mask if mask_scale == 1.0 else mask * np.float32(mask_scale)
 
+    @property
+    def template(self) -> str:
+        """The alignment template of the model's crops."""
+        return self._model.template
+
     def transform(self, crops: Crops, state: FloatArray | None = None) -> Crops:
         """The crops transformed by the model: same order (``state``: the rows of :meth:`face_state` for them)."""
         raise NotImplementedError

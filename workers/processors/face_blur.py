@@ -41,7 +41,8 @@ def face_region(face: Face, frame_shape: tuple[int, ...]) -> tuple[int, int, int
     )
 
 
-def _grown(face: Face, margin: float, frame_shape: tuple[int, ...]) -> tuple[int, int, int, int]:
+def grown_region(face: Face, margin: float, frame_shape: tuple[int, ...]) -> tuple[int, int, int, int]:
+    """The face's box grown by ``margin`` of its size each side, in whole pixels, clipped to the frame."""
     if margin <= 0:
         return face_region(face, frame_shape)
     size = face.box[2:] - face.box[:2]
@@ -91,7 +92,7 @@ def blur_faces(
     """
     output = frame.copy()
     for face in faces:
-        x1, y1, x2, y2 = _grown(face, margin, frame.shape)
+        x1, y1, x2, y2 = grown_region(face, margin, frame.shape)
         if x2 <= x1 or y2 <= y1:
             continue
         hidden = _hidden(output[y1:y2, x1:x2], style, strength)

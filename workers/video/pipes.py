@@ -78,9 +78,12 @@ class FrameReader:
         optional: bool = False,
         hwaccel: str | None = None,
         scale: bool = False,
+        planes: bool = False,
     ) -> None:
         self._format = pipe_format(width, height)
-        self._convert = self._format == "yuv420p"
+        if planes and self._format != "yuv420p":
+            raise ValueError(f"{width}x{height} frames cannot travel as 4:2:0 planes")
+        self._convert = self._format == "yuv420p" and not planes
         size = (width, height) if scale else None
         self._args = decode_args(
             source, seek_seconds, frames + extra, self._format, demuxer=demuxer, hwaccel=hwaccel, size=size
@@ -187,7 +190,10 @@ class FrameReader:
 
 
 class FrameWriter:
-    """Encode batches of BGR frames into ``output``; writes happen on a thread, ``depth`` batches behind."""
+    """Encode batches of BGR frames into ``output``; writes happen on a thread, ``depth`` batches behind.
+
+    With ``planes`` (even sizes only) the batches are 4:2:0 planes ``[N, H*3/2, W]``, written as they are.
+    """
 
     def __init__(
         self,
@@ -199,16 +205,19 @@ class FrameWriter:
         options: EncoderOptions,
         depth: int = 2,
         stall_seconds: float | None = None,
+        planes: bool = False,
     ) -> None:
         self._format = pipe_format(width, height)
-        self._convert = self._format == "yuv420p"
+        if planes and self._format != "yuv420p":
+            raise ValueError(f"{width}x{height} frames cannot travel as 4:2:0 planes")
+        self._convert = self._format == "yuv420p" and not planes
         self._stall = stall_seconds
         self._proc, self._stderr = start(
             encode_args(output, width, height, fps, options, self._format), name="frame-writer-stderr", stdin=True
         )
         self._queue: queue.Queue[FrameBatch | None] = queue.Queue(maxsize=depth)
         self._error: BaseException | None = None
-        self._shape = (height, width, 3)
+        self._shape: tuple[int, ...] = (height * 3 // 2, width) if planes else (height, width, 3)
         self.frames_written = 0
         self._thread = threading.Thread(target=self._drain, name="frame-writer", daemon=True)
         self._thread.start()

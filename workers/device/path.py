@@ -1,0 +1,174 @@
+"""The render path on the device: its stages, and which chains it can run.
+
+One code path, two devices: where the worker's engine setting resolves to torch
+(:func:`workers.device.selection.frame_path_device`), a chunk's frames go through torch on the worker's device —
+its GPU, or the CPU, as in CI — instead of OpenCV/numpy on the host, which stays the path of the ONNX Runtime
+engine. The stages (:meth:`DevicePath.stages`):
+
+1. take the batch's 4:2:0 planes to the device (:class:`~workers.device.feed.PlaneFeed`; the host stages already
+   have its BGR frames, converted there);
+2. the chain's one face detection (:func:`workers.pipeline.detection_stage`), on the host, as on the OpenCV path;
+3. per processor: ``face_blur`` hides the faces in the planes (:func:`~workers.device.blurring.blur_faces_in_planes`);
+   a crop-and-paste processor (``face_swapper``, ``face_enhancer``) cuts its crops on the device, runs its model
+   stage as on the host path, and pastes the results back on the device, rewriting only the pasted regions'
+   planes;
+4. the planes back to the host, for the encoder.
+
+A chain the device path cannot run (a processor or an option it has no stage for, odd frame sizes) renders on the
+OpenCV path, and says so (:func:`plan`): never silently.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from workers.device.blurring import blur_faces_in_planes
+from workers.device.cropping import gather_crops, paste_crops, paste_region
+from workers.device.feed import DeviceFrames, PlaneFeed
+from workers.device.threads import one_thread
+from workers.faces.alignment import template_points
+from workers.faces.cropping import FaceCrops
+from workers.faces.detection import Face
+from workers.pipeline import detection_stage, face_chain
+from workers.processors.base import Processor, Stage, Work
+from workers.processors.crop_paste import Aligned, CropPasteProcessor, Transformed
+from workers.processors.face_blur import FaceBlurProcessor
+
+__all__ = ["DevicePath", "plan"]
+
+
+def plan(processors: Sequence[Processor], device: str, *, width: int, height: int) -> DevicePath | str:
+    """The device path of the chain, or why it has none (a sentence for the job's warning)."""
+    if width % 2 or height % 2:
+        return f"{width}x{height} frames cannot travel as 4:2:0 planes (odd size)"
+    for processor in processors:
+        name = type(processor).__name__
+        if not processor.touches_pixels:
+            continue
+        if isinstance(processor, FaceBlurProcessor):
+            if processor.style == "pixelate":
+                return "face_blur with blur_style pixelate has no device stage yet"
+        elif not isinstance(processor, CropPasteProcessor):
+            return f"{name} has no device stage yet"
+    return DevicePath(processors, device)
+
+
+class DevicePath:
+    """The chain's stages on ``device``; build with :func:`plan`.
+
+    Args:
+        processors: the chain (each a ``face_blur``, a crop-and-paste processor, or one that touches no pixels).
+        device: ``cpu``, ``cuda`` …
+    """
+
+    def __init__(self, processors: Sequence[Processor], device: str) -> None:
+        self.processors = processors
+        self.device = device
+        self.feed = PlaneFeed(device)
+
+    def stages(self) -> list[Stage]:
+        """Upload, detection, each processor's device stages, download (see the module's docstring). On the CPU
+        the pixel stages run on one OpenMP thread each (:mod:`workers.device.threads`), the model's as it is."""
+        pixels = one_thread if torch.device(self.device).type == "cpu" else _as_is
+        stages: list[Stage] = [self._upload]
+        staged = face_chain(self.processors)
+        if staged:
+            stages.append(detection_stage(staged))
+        for processor in self.processors:
+            if isinstance(processor, FaceBlurProcessor):
+                stages.append(pixels(_blur_stage(processor)))
+            elif isinstance(processor, CropPasteProcessor):
+                align, model, paste = _crop_paste_stages(processor)
+                stages.extend([pixels(align), model, pixels(paste)])
+        stages.append(_download)
+        return stages
+
+    def _upload(self, work: Work) -> Work:
+        work.device = self.feed.take(work.frames)
+        return work
+
+
+def _as_is(stage: Stage) -> Stage:
+    return stage
+
+
+def _frames(work: Work) -> DeviceFrames:
+    assert isinstance(work.device, DeviceFrames)
+    return work.device
+
+
+def _download(work: Work) -> Work:
+    work.frames = _frames(work).planes.cpu().numpy()
+    work.device = None
+    return work
+
+
+def _blur_stage(processor: FaceBlurProcessor) -> Stage:
+    def hide(work: Work) -> Work:
+        assert work.faces is not None
+        frames = _frames(work)
+        blur_faces_in_planes(
+            frames.planes, work.faces, processor.strength, style=processor.style, margin=processor.margin
+        )
+        for faces in work.faces:
+            processor.hidden += len(faces)
+            processor.filled += sum(face.filled for face in faces)
+        return work
+
+    return hide
+
+
+def _crop_paste_stages(processor: CropPasteProcessor) -> tuple[Stage, Stage, Stage]:
+    """Align on the device, the processor's own model stage, paste back on the device."""
+    size = processor.crop_size
+    template = torch.from_numpy(template_points(processor.template, size))
+
+    def align(work: Work) -> Work:
+        assert work.targets is not None
+        targets: Sequence[Sequence[Face]] = work.targets
+        points = None
+        if processor.landmarker is not None:
+            found = processor.landmarker.landmarks(work.frames, targets)
+            targets, points = found.faces, found.points
+        flat = [(index, face) for index, faces in enumerate(targets) for face in faces]
+        if not flat:
+            empty = FaceCrops(np.zeros((0, size, size, 3), np.uint8), np.zeros((0, 2, 3)), np.zeros(0, np.int64))
+            work.state = Aligned(empty)
+            return work
+        frame_of = torch.tensor([index for index, _ in flat])
+        landmarks = torch.from_numpy(np.stack([face.landmarks for _, face in flat]).astype(np.float64))
+        crops, transforms = gather_crops(_frames(work).bgr, landmarks, frame_of, template, size)
+        faces = FaceCrops(
+            crops.to(torch.uint8).permute(0, 2, 3, 1).contiguous().cpu().numpy(),
+            transforms.numpy(),
+            frame_of.numpy().astype(np.int64),
+        )
+        lifted = None
+        if points is not None:
+            lifted = np.stack([
+                p.astype(np.float64) @ m[:, :2].T + m[:, 2] for p, m in zip(points, faces.transforms, strict=True)
+            ]).astype(np.float32)  # fmt: skip
+        work.state = Aligned(faces, lifted, processor.face_state(work.frames, targets))
+        return work
+
+    def paste(work: Work) -> Work:
+        if isinstance(work.state, Transformed):
+            done = work.state
+            frames = _frames(work)
+            device = frames.planes.device
+            crops = torch.from_numpy(np.ascontiguousarray(done.transformed)).to(device).permute(0, 3, 1, 2).float()
+            scale = done.transformed.shape[1] / done.faces.crops.shape[1]
+            transforms = torch.from_numpy(done.faces.transforms * scale)
+            frame_of = torch.from_numpy(done.faces.frame_indices)
+            masks = torch.tensor(done.masks, dtype=torch.float32)  # a copy: the box mask is a read-only cache
+            paste_crops(frames.bgr, crops, transforms, frame_of, masks)
+            side = done.transformed.shape[1]
+            for transform, index in zip(transforms, done.faces.frame_indices.tolist(), strict=True):
+                frames.store(int(index), paste_region(transform, side, frames.height, frames.width))
+        work.state = None
+        return work
+
+    return align, processor.stages()[1], paste
