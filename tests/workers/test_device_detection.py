@@ -16,7 +16,7 @@ from shared.processes import child_env
 from tests.support.faces import cpu_settings
 from workers.device.detection import ConvertedDetector
 from workers.faces.detection import FaceDetector
-from workers.ffmpeg import decode_args
+from workers.video.ffmpeg import decode_args
 
 # (family, test file, the registry's file name): SCRFD-500M has scrfd_2.5g's layout (the data folder's README)
 CASES = [("yunet", "yunet_2023mar.onnx", "yunet_2023_mar.onnx"), ("scrfd", "scrfd_500m_bnkps.onnx", "scrfd_2.5g.onnx")]
