@@ -36,6 +36,7 @@ from workers.leases import Heartbeat
 from workers.pipeline import face_chain, run_stages, stages_of
 from workers.processors import FrameBatch, Processor, ProcessorContext, build
 from workers.processors.base import Report, Tallied
+from workers.processors.face_blur import FaceBlurProcessor
 from workers.runtime import Runtime
 from workers.track_feed import TrackFeed
 
@@ -254,7 +255,11 @@ def _track_feed(rt: Runtime, options: JobOptions, processors: list[Processor]) -
         return None
     targeter = next((p.targeter for p in staged if p.targeter is not None), None)
     strict = "face_blur" in options.processors and options.face.blur_strict
-    return TrackFeed(staged[0].detector, targeter, options.face, strict=strict, batch_size=rt.settings.batch_size)
+    landmarks = any(not isinstance(p, FaceBlurProcessor) for p in staged)  # face_blur reads boxes alone
+    return TrackFeed(
+        staged[0].detector, targeter, options.face, strict=strict, landmarks=landmarks,
+        batch_size=rt.settings.batch_size,
+    )  # fmt: skip
 
 
 def _transcode(

@@ -69,6 +69,8 @@ class TrackFeed:
         options: the job's face options (tracking gap, thresholds, smoothing).
         strict: an anonymiser's thresholds (:func:`thresholds`) and detection sweep
             (:class:`~workers.faces.sweep.DetectionSweep`: turned and enlarged passes besides the plain one).
+        landmarks: whether a processor reads the faces' landmarks (off: they are not smoothed, and the context
+            is :data:`~workers.faces.tracking.MAX_SMOOTHING_RADIUS` frames shorter at most).
         batch_size: frames per work item handed on.
     """
 
@@ -79,6 +81,7 @@ class TrackFeed:
         options: FaceOptions,
         *,
         strict: bool = False,
+        landmarks: bool = True,
         batch_size: int = 8,
     ) -> None:
         self.detector, self.targeter = detector, targeter
@@ -86,7 +89,13 @@ class TrackFeed:
         self.limits = thresholds(options, strict=strict)
         self.options = options
         self.batch_size = batch_size
-        self.context = context_frames(options.track_gap)
+        # Landmarks matter only to processors that align faces; a chain that reads boxes alone (face_blur) skips
+        # their smoothing, and with it reads fewer frames each side.
+        self.smoothing = options.landmark_smoothing if landmarks else 0.0
+        self.context = context_frames(options.track_gap, self.smoothing)
+        self.detected_frames = 0  # frames detected, look-behind and look-ahead included
+        # reference mode reads the look-ahead's embeddings too, so it reads the whole look-ahead
+        self._may_settle = targeter is None or targeter.mode != "reference"
         self._distances: dict[int, list[float]] = {}
         self._chosen: dict[int, bool] = {}
 
@@ -102,7 +111,7 @@ class TrackFeed:
             high=self.limits.high,
             low=self.limits.low,
             max_gap=self.options.track_gap,
-            smoothing=self.options.landmark_smoothing,
+            smoothing=self.smoothing,
             keep_doubtful=self.limits.keep_doubtful,
         )
         waiting: dict[int, np.ndarray] = {}
@@ -113,22 +122,38 @@ class TrackFeed:
             if role == "chunk":
                 first = fed
             for batch in source:
-                detected = self.finder.detect(batch, score=self.limits.low)
-                if self.targeter is not None and self.targeter.mode == "reference":
-                    assert self.targeter.embedder is not None
-                    detected = self.targeter.embedder.embed_frames(batch, detected)
-                for frame, faces in zip(batch, detected, strict=True):
-                    if role == "chunk" and fed - first < frames:
-                        waiting[fed] = frame
-                    self._note(tracker.update(faces))
-                    fed += 1
-                    pending.extend((waiting.pop(t.index), t) for t in tracker.ready() if t.index in waiting)
-                    while len(pending) >= self.batch_size:
-                        yield self._item(pending[: self.batch_size])
-                        del pending[: self.batch_size]
+                # The look-ahead goes one frame at a time and stops as soon as no later frame can change the
+                # chunk's frames (FaceTracker.settled): most chunk ends need few of its frames, or none.
+                own = len(batch) if role == "behind" else max(0, min(len(batch), first + frames - fed))
+                parts = [batch[:own]] if own else []
+                parts += [batch[i : i + 1] for i in range(own, len(batch))]
+                for part in parts:
+                    ahead = role == "chunk" and fed - first >= frames
+                    if ahead and self._may_settle and tracker.settled(first + frames - 1):
+                        break
+                    self.detected_frames += len(part)
+                    for frame, faces in zip(part, self._detect(part), strict=True):
+                        if role == "chunk" and fed - first < frames:
+                            waiting[fed] = frame
+                        self._note(tracker.update(faces))
+                        fed += 1
+                        pending.extend((waiting.pop(t.index), t) for t in tracker.ready() if t.index in waiting)
+                        while len(pending) >= self.batch_size:
+                            yield self._item(pending[: self.batch_size])
+                            del pending[: self.batch_size]
+                else:
+                    continue
+                break  # settled: the rest of the look-ahead is not read
         pending.extend((waiting.pop(t.index), t) for t in tracker.flush() if t.index in waiting)
         for start in range(0, len(pending), self.batch_size):
             yield self._item(pending[start : start + self.batch_size])
+
+    def _detect(self, batch: FrameBatch) -> list[list[Face]]:
+        detected = self.finder.detect(batch, score=self.limits.low)
+        if self.targeter is not None and self.targeter.mode == "reference":
+            assert self.targeter.embedder is not None
+            detected = self.targeter.embedder.embed_frames(batch, detected)
+        return detected
 
     def _note(self, placed: list[Face]) -> None:
         """Collect each track's distances to the reference (reference mode only)."""
