@@ -28,6 +28,7 @@ from shared.framing import output_size
 from shared.log_context import job_context
 from shared.media import MediaInfo
 from shared.options import JobOptions
+from shared.tallies import FaceTally
 from shared.tasks import RENDER_CHUNK, STITCH, message
 from workers import codecs, ffmpeg, notices
 from workers.engines.base import Degradation
@@ -36,9 +37,8 @@ from workers.leases import Heartbeat
 from workers.pipeline import face_chain, run_stages, stages_of
 from workers.processors import FrameBatch, Processor, ProcessorContext, build
 from workers.processors.base import Report, Tallied
-from workers.processors.face_blur import FaceBlurProcessor
 from workers.runtime import Runtime
-from workers.track_feed import TrackFeed
+from workers.track_feed import TrackFeed, reads_landmarks
 
 logger = logging.getLogger(__name__)
 
@@ -94,13 +94,13 @@ def _render_claimed(
     )  # fmt: skip
     started = time.monotonic()
     output_url: str | None = None
-    tallies: list[str] = []
+    tallies: list[FaceTally] = []
     try:
         output_url = _render(rt, claim, options, media, target_url, source_urls, tallies)
         with session_scope(rt.db) as session:
             last = jobs.finish_chunk(session, claim, output_url, time.monotonic() - started)
             for tally in tallies:  # with the chunk's acceptance: an attempt whose output is thrown away counts nothing
-                events.record(session, job_id, events.EventKind.FACES, chunk_index=claim.index, message=tally)
+                events.record(session, job_id, events.EventKind.FACES, chunk_index=claim.index, message=tally.message())
     except LeaseLostError:
         logger.info("job %s chunk %s: lease lost (taken over or cancelled); stopped", job_id, chunk_id)
         if output_url is not None:  # uploaded, then not accepted: the file is this attempt's alone
@@ -145,7 +145,7 @@ def _render(
     media: MediaInfo,
     target_url: str,
     source_urls: list[str],
-    tallies: list[str],
+    tallies: list[FaceTally],
 ) -> str:
     """Render the chunk and upload it; its URL. What processors with a ``tally`` did is added to ``tallies``."""
     progress = [0]  # frames done, read by the heartbeat thread
@@ -255,7 +255,7 @@ def _track_feed(rt: Runtime, options: JobOptions, processors: list[Processor]) -
         return None
     targeter = next((p.targeter for p in staged if p.targeter is not None), None)
     strict = "face_blur" in options.processors and options.face.blur_strict
-    landmarks = any(not isinstance(p, FaceBlurProcessor) for p in staged)  # face_blur reads boxes alone
+    landmarks = reads_landmarks(options.processors)  # face_blur reads boxes alone
     return TrackFeed(
         staged[0].detector, targeter, options.face, strict=strict, landmarks=landmarks,
         batch_size=rt.settings.batch_size,

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shared.options import FaceOptions
+from shared.options import FaceOptions, JobOptions
 from workers.faces.detection import Face, FaceDetector
 from workers.faces.selection import cosine_distance, select_faces
 from workers.faces.sweep import DetectionSweep
@@ -32,7 +32,7 @@ from workers.faces.targeting import FaceTargeter
 from workers.faces.tracking import FaceTracker, TrackedFrame, context_frames
 from workers.processors.base import FrameBatch, Work
 
-__all__ = ["STRICT_HIGH", "STRICT_LOW", "TrackFeed", "Thresholds", "thresholds"]
+__all__ = ["BOX_ONLY", "STRICT_HIGH", "STRICT_LOW", "TrackFeed", "Thresholds", "lookbehind_frames", "thresholds"]
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +41,23 @@ STRICT_HIGH = 0.35
 
 STRICT_LOW = 0.15
 """An anonymiser's doubtful score: kept as a face (``keep_doubtful``), whatever its track says."""
+
+
+BOX_ONLY = frozenset({"face_blur"})
+"""Face processors that read a face's box alone, never its landmarks: a chain of them skips landmark smoothing."""
+
+
+def reads_landmarks(processors: Iterable[str]) -> bool:
+    """Whether any face processor of the chain reads landmarks (``passthrough`` reads no face at all)."""
+    return any(name not in BOX_ONLY and name != "passthrough" for name in processors)
+
+
+def lookbehind_frames(options: JobOptions) -> int:
+    """The frames a chunk of the job reads before its first one for its tracks (0: the job tracks no face)."""
+    if not options.face.tracking or all(name == "passthrough" for name in options.processors):
+        return 0
+    smoothing = options.face.landmark_smoothing if reads_landmarks(options.processors) else 0.0
+    return context_frames(options.face.track_gap, smoothing)
 
 
 @dataclass(frozen=True)

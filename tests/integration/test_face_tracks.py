@@ -4,7 +4,6 @@ clip, across chunk sizes; and per-track reference selection on a real two-person
 from __future__ import annotations
 
 import logging
-import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ from shared import events
 from shared.db import session_scope
 from shared.options import FaceOptions, JobOptions
 from shared.settings import Settings
+from shared.tallies import FaceTally
 from tests.integration.conftest import with_face_models
 from tests.support import crowd
 from tests.support.media import read_frames
@@ -28,7 +28,8 @@ logger = logging.getLogger(__name__)
 LOSSLESS = {"lossless": True, "preset": "ultrafast"}
 
 
-def _blur(clip: Path, out: Path, settings: Settings, **options: Any) -> np.ndarray:
+def _blur(clip: Path, out: Path, settings: Settings, state: Path | None = None, **options: Any) -> np.ndarray:
+    """The job's output frames; with ``state``, its database stays there (for its events)."""
     result = run_local(
         target=clip,
         sources=[],
@@ -36,8 +37,11 @@ def _blur(clip: Path, out: Path, settings: Settings, **options: Any) -> np.ndarr
         options=JobOptions.model_validate({"processors": ["face_blur"], "encoder": LOSSLESS, **options}),
         workers=1,
         settings=settings,
+        state_dir=state,
     )
     assert result.status == "succeeded", result
+    if state is not None:
+        (state / "job_id").write_text(result.job_id)
     return read_frames(out)
 
 
@@ -72,11 +76,19 @@ def test_strict_face_blur_hides_every_face_of_the_ground_truth_clip(blur_setting
 
 
 def _tallies(state: Path, job_id: str) -> tuple[int, int]:
-    """The job's ``faces`` events summed: (face-frames hidden, of them filled in by tracking)."""
+    """The job's total as its last ``faces`` event says (face-frames hidden, of them filled in by tracking), checked
+    against the chunks' ``faces`` events."""
     with session_scope(f"sqlite:///{state / 'swapfarm.db'}") as session:
-        messages = [e.message for e in events.after(session, job_id, limit=10_000) if e.kind == "faces"]
-    counts = [tuple(int(n) for n in re.findall(r"\d+", message)[:2]) for message in messages]
-    return sum(c[0] for c in counts), sum(c[1] for c in counts)
+        found = [e for e in events.after(session, job_id, limit=10_000) if e.kind == "faces"]
+        kinds = [e.kind for e in events.after(session, job_id, limit=10_000)]
+    chunks = [FaceTally.parse(e.message) for e in found if e.chunk_index is not None]
+    whole = [e for e in found if e.chunk_index is None]
+    assert len(whole) == 1 and whole[0].message.startswith("whole job: "), [e.message for e in found]
+    assert kinds[-1] == "succeeded" and kinds[-2] == "faces"  # the total comes with the job's end
+    total = FaceTally.parse(whole[0].message)
+    assert total is not None and all(c is not None for c in chunks)
+    assert (total.hidden, total.filled) == (sum(c.hidden for c in chunks if c), sum(c.filled for c in chunks if c))
+    return total.hidden, total.filled
 
 
 def test_crowd_clip_hides_more_face_frames_and_the_nearest_face_where_it_was_missed(
@@ -138,10 +150,17 @@ def test_chunk_size_does_not_change_what_is_hidden(blur_settings: Settings, data
     src = read_frames(small)
     masks = {}
     for size in (105, 15, 7):
-        out = _blur(small, tmp_path / f"chunks-{size}.mp4", settings, chunk_frames=size, face={"blur_strict": False})
+        state = tmp_path / f"state-{size}"
+        out = _blur(
+            small, tmp_path / f"chunks-{size}.mp4", settings, state, chunk_frames=size, face={"blur_strict": False}
+        )
         masks[size] = np.abs(out.astype(np.int16) - src.astype(np.int16)).max(axis=-1) > 2
         del out
     assert masks[105].any()
+    # the job's total of face-frames hidden (and filled in) is the same however the job was cut
+    states = {size: tmp_path / f"state-{size}" for size in (105, 15, 7)}
+    totals = {size: _tallies(state, (state / "job_id").read_text()) for size, state in states.items()}
+    assert totals[15] == totals[105] == totals[7] and totals[105][0] > 0, totals
     for size in (15, 7):
         differ = [i for i in range(len(src)) if not np.array_equal(masks[size][i], masks[105][i])]
         assert differ == [], f"chunks of {size}: frames {differ} hide other regions than one chunk does"
