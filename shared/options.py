@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from shared.families import AcceleratorFamily as AcceleratorFamily  # the choices, re-exported
+from shared.strict_blur import STRICT_MARGIN
 
 ProcessorName = Literal["passthrough", "face_swapper", "face_enhancer", "face_blur", "face_debugger"]
 Detector = Literal["yunet", "scrfd", "retinaface", "yolo_face"]
@@ -130,7 +131,7 @@ class FaceOptions(BaseModel):
         "soft edge); off: only the faces detected at detector_score, inside their boxes",
     )
     blur_margin: float = Field(
-        0.2, ge=0.0, le=1.0, description="face_blur strict: margin around each box, relative to its size"
+        STRICT_MARGIN, ge=0.0, le=1.0, description="face_blur strict: margin around each box, relative to its size"
     )
     tracking: bool = Field(True, description="Follow faces across frames (and chunk edges) as tracks")
     track_gap: int = Field(4, ge=0, le=12, description="Frames a track may miss its face and have it filled in")

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from shared.options import FaceOptions, JobOptions
+from shared.strict_blur import STRICT_HIGH, STRICT_LOW
 from workers.faces.detection import Face, FaceDetector
 from workers.faces.selection import cosine_distance, select_faces
 from workers.faces.sweep import DetectionSweep
@@ -32,16 +33,9 @@ from workers.faces.targeting import FaceTargeter
 from workers.faces.tracking import FaceTracker, TrackedFrame, context_frames
 from workers.processors.base import FrameBatch, Work
 
-__all__ = ["BOX_ONLY", "STRICT_HIGH", "STRICT_LOW", "TrackFeed", "Thresholds", "lookbehind_frames", "thresholds"]
+__all__ = ["BOX_ONLY", "TrackFeed", "Thresholds", "lookbehind_frames", "reads_landmarks", "thresholds"]
 
 logger = logging.getLogger(__name__)
-
-STRICT_HIGH = 0.35
-"""An anonymiser's confident score: lower than a swapper's, since a face left showing is the worse error."""
-
-STRICT_LOW = 0.15
-"""An anonymiser's doubtful score: kept as a face (``keep_doubtful``), whatever its track says."""
-
 
 BOX_ONLY = frozenset({"face_blur"})
 """Face processors that read a face's box alone, never its landmarks: a chain of them skips landmark smoothing."""
@@ -69,7 +63,7 @@ class Thresholds:
 
 def thresholds(options: FaceOptions, *, strict: bool) -> Thresholds:
     """The tracker's scores for a job: ``detector_score`` starts a track, ``track_score`` continues one; a
-    strict anonymiser lowers both (never raises them) and keeps doubtful detections."""
+    strict anonymiser lowers both (never raises them) and keeps doubtful detections (:mod:`shared.strict_blur`)."""
     high = options.detector_score
     low = min(options.track_score, high)
     if strict:

@@ -20,21 +20,12 @@ import cv2
 import numpy as np
 import numpy.typing as npt
 
+from shared.strict_blur import TURN, ZOOM, ZOOM_UP_TO
 from workers.faces.detection import Face, FaceDetector, suppress_faces
 
-__all__ = ["TURN", "ZOOM", "ZOOM_UP_TO", "DetectionSweep"]
+__all__ = ["TURN", "ZOOM", "ZOOM_UP_TO", "DetectionSweep"]  # the numbers live in shared.strict_blur
 
 Frame = npt.NDArray[np.uint8]
-
-TURN = 30.0
-"""Degrees the frame is turned each way for the extra passes."""
-
-ZOOM = 2
-"""How much a small frame is enlarged for the extra pass that finds small faces."""
-
-ZOOM_UP_TO = 960
-"""The longest frame side still enlarged (beyond it, the enlarged frame would take too many tiles; a larger
-``detector_size`` is the way to small faces there)."""
 
 
 def _round32(value: float) -> int:
