@@ -32,6 +32,7 @@ from shared.tallies import FaceTally
 from shared.tasks import RENDER_CHUNK, STITCH, message
 from workers import codecs, ffmpeg, notices
 from workers.engines.base import Degradation
+from workers.faces.detection import FaceDetector
 from workers.frames import FrameReader, FrameWriter
 from workers.leases import Heartbeat
 from workers.pipeline import face_chain, run_stages, stages_of
@@ -256,8 +257,12 @@ def _track_feed(rt: Runtime, options: JobOptions, processors: list[Processor]) -
     targeter = next((p.targeter for p in staged if p.targeter is not None), None)
     strict = "face_blur" in options.processors and options.face.blur_strict
     landmarks = reads_landmarks(options.processors)  # face_blur reads boxes alone
+    other = options.face.strict_second_detector if strict else None
+    second = None
+    if other is not None and other != options.face.detector:
+        second = FaceDetector.load(options.face.model_copy(update={"detector": other}), rt.settings)
     return TrackFeed(
-        staged[0].detector, targeter, options.face, strict=strict, landmarks=landmarks,
+        staged[0].detector, targeter, options.face, strict=strict, landmarks=landmarks, second=second,
         batch_size=rt.settings.batch_size,
     )  # fmt: skip
 

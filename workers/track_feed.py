@@ -80,6 +80,7 @@ class TrackFeed:
         options: the job's face options (tracking gap, thresholds, smoothing).
         strict: an anonymiser's thresholds (:func:`thresholds`) and detection sweep
             (:class:`~workers.faces.sweep.DetectionSweep`: turned and enlarged passes besides the plain one).
+        second: strict mode's second detector (``face.strict_second_detector``), in the sweep.
         landmarks: whether a processor reads the faces' landmarks (off: they are not smoothed, and the context
             is :data:`~workers.faces.tracking.MAX_SMOOTHING_RADIUS` frames shorter at most).
         batch_size: frames per work item handed on.
@@ -93,10 +94,12 @@ class TrackFeed:
         *,
         strict: bool = False,
         landmarks: bool = True,
+        second: FaceDetector | None = None,
         batch_size: int = 8,
     ) -> None:
         self.detector, self.targeter = detector, targeter
-        self.finder: FaceDetector | DetectionSweep = DetectionSweep(detector) if strict else detector
+        others = [second] if second is not None else []
+        self.finder: FaceDetector | DetectionSweep = DetectionSweep(detector, others=others) if strict else detector
         self.limits = thresholds(options, strict=strict)
         self.options = options
         self.batch_size = batch_size

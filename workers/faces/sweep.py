@@ -38,11 +38,16 @@ class DetectionSweep:
     Args:
         detector: the job's detector (its ``detector_size`` is honoured in each pass).
         turns: the angles (degrees) of the extra turned passes.
+        others: more detectors (``face.strict_second_detector``), each run once on the frame as it is: what they
+            find is added to what the job's detector finds, whatever the models' scores disagree on.
     """
 
-    def __init__(self, detector: FaceDetector, *, turns: Sequence[float] = (TURN, -TURN)) -> None:
+    def __init__(
+        self, detector: FaceDetector, *, turns: Sequence[float] = (TURN, -TURN), others: Sequence[FaceDetector] = ()
+    ) -> None:
         self.detector = detector
         self.turns = tuple(turns)
+        self.others = tuple(others)
 
     def detect(self, frames: npt.NDArray[np.uint8] | Sequence[Frame], score: float | None = None) -> list[list[Face]]:
         """The faces of each frame, one list per frame, in order."""
@@ -52,6 +57,8 @@ class DetectionSweep:
         """The faces of one frame found by any pass, merged (highest score first)."""
         threshold = self.detector.score if score is None else score
         found = list(self.detector.detect_frame(frame, threshold))
+        for other in self.others:
+            found += other.detect_frame(frame, threshold)
         for angle in self.turns:
             found += self._turned(frame, angle, threshold)
         height, width = frame.shape[:2]
