@@ -12,9 +12,11 @@ from typing import Any
 
 import numpy as np
 import pytest
+from sqlalchemy import select
 
 from shared import events
 from shared.db import session_scope
+from shared.models import Chunk
 from shared.options import FaceOptions, JobOptions
 from shared.settings import Settings
 from shared.tallies import FaceTally
@@ -190,3 +192,25 @@ def test_strict_face_blur_with_a_second_detector_hides_every_face(blur_settings:
     )
     seen = crowd.hidden(read_frames(clip)[lo:hi], out, truths)
     assert all(seen[t.frame, t.face] for t in truths if t.size >= 32), seen
+
+
+def test_a_tracked_job_cuts_its_chunks_a_look_behind_after_each_keyframe(
+    blur_settings: Settings, tmp_path: Path
+) -> None:
+    # keyframes every 25 frames, chunks of about 25: a tracked face_blur chunk starts 5 frames (its look-behind:
+    # track_gap 4, plus one) after a keyframe, so its look-behind decodes from that keyframe, not the one before
+    clip = tmp_path / "keys.mp4"
+    subprocess.run(
+        ["ffmpeg", "-v", "error", "-f", "lavfi", "-i", "testsrc2=size=160x90:rate=25:duration=2", "-c:v", "libx264",
+         "-g", "25", "-keyint_min", "25", "-sc_threshold", "0", "-pix_fmt", "yuv420p", str(clip)],
+        check=True,
+    )  # fmt: skip
+    settings = blur_settings.model_copy(update={"chunk_seconds": 1.0, "min_chunk_frames": 1})
+    starts = {}
+    for name, face in (("tracked", {"blur_strict": False}), ("untracked", {"blur_strict": False, "tracking": False})):
+        state = tmp_path / name
+        out = _blur(clip, tmp_path / f"{name}.mp4", settings, state, face=face)
+        assert len(out) == 50
+        with session_scope(f"sqlite:///{state / 'swapfarm.db'}") as session:
+            starts[name] = list(session.scalars(select(Chunk.frame_start).order_by(Chunk.index)))
+    assert starts == {"tracked": [0, 30], "untracked": [0, 25]}, starts
