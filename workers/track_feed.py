@@ -4,7 +4,11 @@ Chunks render apart (on other machines, in any order), so a face track cannot be
 next. Instead each chunk also decodes a short look-behind (the frames before it) and look-ahead (the frames after
 it), :func:`~workers.faces.tracking.context_frames` each: every decision about a frame reads only that many frames
 either side (:mod:`workers.faces.tracking`), so a frame's faces are the same whatever chunk it falls in and
-wherever the chunk's edges are. The context frames are detected and tracked, never output.
+wherever the chunk's edges are. The context frames are detected and tracked, never output. The look-ahead is
+detected frame by frame only until no later frame can change the chunk's frames
+(:meth:`~workers.faces.tracking.FaceTracker.settled`: no track with a gap a later frame could close, no doubtful
+face a later confident one could make count); a chain that reads no landmarks (``face_blur``) smooths none, and so
+reads :data:`~workers.faces.tracking.MAX_SMOOTHING_RADIUS` frames fewer each side.
 
 :class:`TrackFeed` turns the decoded batches (look-behind, then the chunk and its look-ahead) into
 :class:`~workers.processors.base.Work` items for the chunk's frames only, each carrying its faces (``faces``:
