@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from shared.families import AcceleratorFamily as AcceleratorFamily  # the choices, re-exported
+from shared.strict_blur import STRICT_MARGIN
 
 ProcessorName = Literal["passthrough", "face_swapper", "face_enhancer", "face_blur", "face_debugger", "frame_enhancer"]
 Detector = Literal["yunet", "scrfd", "retinaface", "yolo_face"]
@@ -140,7 +141,12 @@ class FaceOptions(BaseModel):
         "soft edge); off: only the faces detected at detector_score, inside their boxes",
     )
     blur_margin: float = Field(
-        0.2, ge=0.0, le=1.0, description="face_blur strict: margin around each box, relative to its size"
+        STRICT_MARGIN, ge=0.0, le=1.0, description="face_blur strict: margin around each box, relative to its size"
+    )
+    strict_second_detector: Detector | None = Field(
+        None,
+        description="face_blur strict, with tracking: a second detector run on every frame besides `detector`; the "
+        "faces it finds are hidden too (another model misses other faces). Costs its detection time per frame",
     )
     tracking: bool = Field(True, description="Follow faces across frames (and chunk edges) as tracks")
     track_gap: int = Field(4, ge=0, le=12, description="Frames a track may miss its face and have it filled in")

@@ -26,6 +26,7 @@ from workers import content, notices
 from workers.chunking import bounded_chunk_frames, chunk_seconds_for, default_chunk_frames, plan_chunks
 from workers.leases import job_heartbeat
 from workers.runtime import Runtime
+from workers.track_feed import lookbehind_frames
 from workers.video import frame_index
 from workers.video.frame_scan import FrameScan, scan_frames
 
@@ -106,7 +107,11 @@ def _plan(
             )
         return plan_chunks(times, len(frames), media.start_time, frames=frames), media, len(frames)
     size = bounded_chunk_frames(len(frames), wanted, settings.min_chunk_frames, settings.max_chunks_per_job)
-    cuts = () if exact else keyframes
+    # A tracked job's chunk also decodes a look-behind. Cut at a keyframe, that look-behind would decode the whole
+    # group of pictures before it for a few frames; cut that many frames after the keyframe, the look-behind starts
+    # at the keyframe and the chunk's own decoding passes through it.
+    lead = lookbehind_frames(options)
+    cuts = () if exact else [k + lead for k in keyframes if k > 0]
     chunks = plan_chunks(times, size, media.start_time, cuts, frames)
     while len(chunks) > settings.max_chunks_per_job:  # cuts moved to keyframes can shorten chunks: widen again
         size *= 2

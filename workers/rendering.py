@@ -28,16 +28,18 @@ from shared.framing import render_sizes
 from shared.log_context import job_context
 from shared.media import MediaInfo
 from shared.options import JobOptions
+from shared.tallies import FaceTally
 from shared.tasks import RENDER_CHUNK, STITCH, message
 from workers import notices
 from workers.device.selection import FALLBACK, frame_path_device
 from workers.engines.base import Degradation
+from workers.faces.detection import FaceDetector
 from workers.leases import Heartbeat
 from workers.pipeline import face_chain, run_stages, stages_of
 from workers.processors import FrameBatch, Processor, ProcessorContext, build
 from workers.processors.base import Report, Tallied
 from workers.runtime import Runtime
-from workers.track_feed import TrackFeed
+from workers.track_feed import TrackFeed, reads_landmarks
 from workers.video import codecs, ffmpeg
 from workers.video.frame_scan import frame_times
 from workers.video.pipes import FrameReader, FrameWriter
@@ -99,13 +101,13 @@ def _render_claimed(
     )  # fmt: skip
     started = time.monotonic()
     output_url: str | None = None
-    tallies: list[str] = []
+    tallies: list[FaceTally] = []
     try:
         output_url = _render(rt, claim, options, media, target_url, source_urls, tallies)
         with session_scope(rt.db) as session:
             last = jobs.finish_chunk(session, claim, output_url, time.monotonic() - started)
             for tally in tallies:  # with the chunk's acceptance: an attempt whose output is thrown away counts nothing
-                events.record(session, job_id, events.EventKind.FACES, chunk_index=claim.index, message=tally)
+                events.record(session, job_id, events.EventKind.FACES, chunk_index=claim.index, message=tally.message())
     except LeaseLostError:
         logger.info("job %s chunk %s: lease lost (taken over or cancelled); stopped", job_id, chunk_id)
         if output_url is not None:  # uploaded, then not accepted: the file is this attempt's alone
@@ -150,7 +152,7 @@ def _render(
     media: MediaInfo,
     target_url: str,
     source_urls: list[str],
-    tallies: list[str],
+    tallies: list[FaceTally],
 ) -> str:
     """Render the chunk and upload it; its URL. What processors with a ``tally`` did is added to ``tallies``."""
     progress = [0]  # frames done, read by the heartbeat thread
@@ -284,7 +286,15 @@ def _track_feed(rt: Runtime, options: JobOptions, processors: list[Processor]) -
         return None
     targeter = next((p.targeter for p in staged if p.targeter is not None), None)
     strict = "face_blur" in options.processors and options.face.blur_strict
-    return TrackFeed(staged[0].detector, targeter, options.face, strict=strict, batch_size=rt.settings.batch_size)
+    landmarks = reads_landmarks(options.processors)  # face_blur reads boxes alone
+    other = options.face.strict_second_detector if strict else None
+    second = None
+    if other is not None and other != options.face.detector:
+        second = FaceDetector.load(options.face.model_copy(update={"detector": other}), rt.settings)
+    return TrackFeed(
+        staged[0].detector, targeter, options.face, strict=strict, landmarks=landmarks, second=second,
+        batch_size=rt.settings.batch_size,
+    )  # fmt: skip
 
 
 def _transcode(

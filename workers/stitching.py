@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
-from shared import jobs, quotas
+from shared import jobs, quotas, tallies
 from shared.db import session_scope
 from shared.dispatch import send_all
 from shared.errors import LeaseLostError, StitchMismatchError, SwapfarmError
@@ -76,6 +76,7 @@ def stitch(job_id: str, rt: Runtime) -> None:
             output_bytes = stitched.stat().st_size
             rt.storage.upload(stitched, output_url)
         with session_scope(rt.db) as session:
+            tallies.record_job_totals(session, job_id)  # before ``succeeded``; undone with it if the lease is lost
             finished = jobs.finish_job(session, job_id, token, output_url, default_limit=limit)
             if not finished.changed:
                 raise LeaseLostError(f"job {job_id}: stitch lease lost before publishing")

@@ -4,7 +4,11 @@ Chunks render apart (on other machines, in any order), so a face track cannot be
 next. Instead each chunk also decodes a short look-behind (the frames before it) and look-ahead (the frames after
 it), :func:`~workers.faces.tracking.context_frames` each: every decision about a frame reads only that many frames
 either side (:mod:`workers.faces.tracking`), so a frame's faces are the same whatever chunk it falls in and
-wherever the chunk's edges are. The context frames are detected and tracked, never output.
+wherever the chunk's edges are. The context frames are detected and tracked, never output. The look-ahead is
+detected frame by frame only until no later frame can change the chunk's frames
+(:meth:`~workers.faces.tracking.FaceTracker.settled`: no track with a gap a later frame could close, no doubtful
+face a later confident one could make count); a chain that reads no landmarks (``face_blur``) smooths none, and so
+reads :data:`~workers.faces.tracking.MAX_SMOOTHING_RADIUS` frames fewer each side.
 
 :class:`TrackFeed` turns the decoded batches (look-behind, then the chunk and its look-ahead) into
 :class:`~workers.processors.base.Work` items for the chunk's frames only, each carrying its faces (``faces``:
@@ -24,7 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shared.options import FaceOptions
+from shared.options import FaceOptions, JobOptions
+from shared.strict_blur import STRICT_HIGH, STRICT_LOW
 from workers.faces.detection import Face, FaceDetector
 from workers.faces.selection import cosine_distance, select_faces
 from workers.faces.sweep import DetectionSweep
@@ -32,15 +37,25 @@ from workers.faces.targeting import FaceTargeter
 from workers.faces.tracking import FaceTracker, TrackedFrame, context_frames
 from workers.processors.base import FrameBatch, Work
 
-__all__ = ["STRICT_HIGH", "STRICT_LOW", "TrackFeed", "Thresholds", "thresholds"]
+__all__ = ["BOX_ONLY", "TrackFeed", "Thresholds", "lookbehind_frames", "reads_landmarks", "thresholds"]
 
 logger = logging.getLogger(__name__)
 
-STRICT_HIGH = 0.35
-"""An anonymiser's confident score: lower than a swapper's, since a face left showing is the worse error."""
+BOX_ONLY = frozenset({"face_blur"})
+"""Face processors that read a face's box alone, never its landmarks: a chain of them skips landmark smoothing."""
 
-STRICT_LOW = 0.15
-"""An anonymiser's doubtful score: kept as a face (``keep_doubtful``), whatever its track says."""
+
+def reads_landmarks(processors: Iterable[str]) -> bool:
+    """Whether any face processor of the chain reads landmarks (``passthrough`` reads no face at all)."""
+    return any(name not in BOX_ONLY and name != "passthrough" for name in processors)
+
+
+def lookbehind_frames(options: JobOptions) -> int:
+    """The frames a chunk of the job reads before its first one for its tracks (0: the job tracks no face)."""
+    if not options.face.tracking or all(name == "passthrough" for name in options.processors):
+        return 0
+    smoothing = options.face.landmark_smoothing if reads_landmarks(options.processors) else 0.0
+    return context_frames(options.face.track_gap, smoothing)
 
 
 @dataclass(frozen=True)
@@ -52,7 +67,7 @@ class Thresholds:
 
 def thresholds(options: FaceOptions, *, strict: bool) -> Thresholds:
     """The tracker's scores for a job: ``detector_score`` starts a track, ``track_score`` continues one; a
-    strict anonymiser lowers both (never raises them) and keeps doubtful detections."""
+    strict anonymiser lowers both (never raises them) and keeps doubtful detections (:mod:`shared.strict_blur`)."""
     high = options.detector_score
     low = min(options.track_score, high)
     if strict:
@@ -69,6 +84,9 @@ class TrackFeed:
         options: the job's face options (tracking gap, thresholds, smoothing).
         strict: an anonymiser's thresholds (:func:`thresholds`) and detection sweep
             (:class:`~workers.faces.sweep.DetectionSweep`: turned and enlarged passes besides the plain one).
+        second: strict mode's second detector (``face.strict_second_detector``), in the sweep.
+        landmarks: whether a processor reads the faces' landmarks (off: they are not smoothed, and the context
+            is :data:`~workers.faces.tracking.MAX_SMOOTHING_RADIUS` frames shorter at most).
         batch_size: frames per work item handed on.
     """
 
@@ -79,14 +97,23 @@ class TrackFeed:
         options: FaceOptions,
         *,
         strict: bool = False,
+        landmarks: bool = True,
+        second: FaceDetector | None = None,
         batch_size: int = 8,
     ) -> None:
         self.detector, self.targeter = detector, targeter
-        self.finder: FaceDetector | DetectionSweep = DetectionSweep(detector) if strict else detector
+        others = [second] if second is not None else []
+        self.finder: FaceDetector | DetectionSweep = DetectionSweep(detector, others=others) if strict else detector
         self.limits = thresholds(options, strict=strict)
         self.options = options
         self.batch_size = batch_size
-        self.context = context_frames(options.track_gap)
+        # Landmarks matter only to processors that align faces; a chain that reads boxes alone (face_blur) skips
+        # their smoothing, and with it reads fewer frames each side.
+        self.smoothing = options.landmark_smoothing if landmarks else 0.0
+        self.context = context_frames(options.track_gap, self.smoothing)
+        self.detected_frames = 0  # frames detected, look-behind and look-ahead included
+        # reference mode reads the look-ahead's embeddings too, so it reads the whole look-ahead
+        self._may_settle = targeter is None or targeter.mode != "reference"
         self._distances: dict[int, list[float]] = {}
         self._chosen: dict[int, bool] = {}
 
@@ -102,7 +129,7 @@ class TrackFeed:
             high=self.limits.high,
             low=self.limits.low,
             max_gap=self.options.track_gap,
-            smoothing=self.options.landmark_smoothing,
+            smoothing=self.smoothing,
             keep_doubtful=self.limits.keep_doubtful,
         )
         waiting: dict[int, np.ndarray] = {}
@@ -113,22 +140,38 @@ class TrackFeed:
             if role == "chunk":
                 first = fed
             for batch in source:
-                detected = self.finder.detect(batch, score=self.limits.low)
-                if self.targeter is not None and self.targeter.mode == "reference":
-                    assert self.targeter.embedder is not None
-                    detected = self.targeter.embedder.embed_frames(batch, detected)
-                for frame, faces in zip(batch, detected, strict=True):
-                    if role == "chunk" and fed - first < frames:
-                        waiting[fed] = frame
-                    self._note(tracker.update(faces))
-                    fed += 1
-                    pending.extend((waiting.pop(t.index), t) for t in tracker.ready() if t.index in waiting)
-                    while len(pending) >= self.batch_size:
-                        yield self._item(pending[: self.batch_size])
-                        del pending[: self.batch_size]
+                # The look-ahead goes one frame at a time and stops as soon as no later frame can change the
+                # chunk's frames (FaceTracker.settled): most chunk ends need few of its frames, or none.
+                own = len(batch) if role == "behind" else max(0, min(len(batch), first + frames - fed))
+                parts = [batch[:own]] if own else []
+                parts += [batch[i : i + 1] for i in range(own, len(batch))]
+                for part in parts:
+                    ahead = role == "chunk" and fed - first >= frames
+                    if ahead and self._may_settle and tracker.settled(first + frames - 1):
+                        break
+                    self.detected_frames += len(part)
+                    for frame, faces in zip(part, self._detect(part), strict=True):
+                        if role == "chunk" and fed - first < frames:
+                            waiting[fed] = frame
+                        self._note(tracker.update(faces))
+                        fed += 1
+                        pending.extend((waiting.pop(t.index), t) for t in tracker.ready() if t.index in waiting)
+                        while len(pending) >= self.batch_size:
+                            yield self._item(pending[: self.batch_size])
+                            del pending[: self.batch_size]
+                else:
+                    continue
+                break  # settled: the rest of the look-ahead is not read
         pending.extend((waiting.pop(t.index), t) for t in tracker.flush() if t.index in waiting)
         for start in range(0, len(pending), self.batch_size):
             yield self._item(pending[start : start + self.batch_size])
+
+    def _detect(self, batch: FrameBatch) -> list[list[Face]]:
+        detected = self.finder.detect(batch, score=self.limits.low)
+        if self.targeter is not None and self.targeter.mode == "reference":
+            assert self.targeter.embedder is not None
+            detected = self.targeter.embedder.embed_frames(batch, detected)
+        return detected
 
     def _note(self, placed: list[Face]) -> None:
         """Collect each track's distances to the reference (reference mode only)."""

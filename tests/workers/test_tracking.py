@@ -103,3 +103,46 @@ def test_the_result_for_a_frame_depends_only_on_its_context_window() -> None:
             got = sorted((tuple(np.round(f.box, 3)), f.filled) for f in part[t - lo].faces)
             want = sorted((tuple(np.round(f.box, 3)), f.filled) for f in full[t].faces)
             assert got == want, t
+
+
+def _chunk_with_early_stop(
+    tracker: FaceTracker, frames: list[list[Face]], start: int, stop: int
+) -> tuple[list[TrackedFrame], int]:
+    """A chunk's frames decided from its look-behind, its frames and as much look-ahead as ``settled`` asks for."""
+    lo, hi = max(0, start - tracker.context), min(len(frames), stop + tracker.context)
+    out: list[TrackedFrame] = []
+    read = 0
+    for index in range(lo, hi):
+        if index >= stop and tracker.settled(stop - 1 - lo):
+            break
+        tracker.update(frames[index])
+        read += 1
+        out.extend(tracker.ready())
+    out.extend(tracker.flush())
+    return out[start - lo : stop - lo], read - (stop - lo)
+
+
+def test_a_look_ahead_stopped_once_settled_decides_the_chunk_as_the_whole_look_ahead_does() -> None:
+    rng = np.random.default_rng(3)
+    frames: list[list[Face]] = []
+    for t in range(80):
+        faces = []
+        for lane in range(3):  # three faces, each missed now and then, scores confident to doubtful
+            if rng.uniform() > 0.3:
+                faces.append(_face(20 + 4 * t, 60 * lane, score=float(rng.uniform(0.22, 0.95))))
+        frames.append(faces)
+    for keep_doubtful in (True, False):
+        full = _run(FaceTracker(high=0.5, low=0.2, max_gap=3, keep_doubtful=keep_doubtful), frames)
+        read_ahead = []
+        for start in range(0, 80, 9):
+            stop = min(80, start + 9)
+            tracker = FaceTracker(high=0.5, low=0.2, max_gap=3, keep_doubtful=keep_doubtful)
+            part, ahead = _chunk_with_early_stop(tracker, frames, start, stop)
+            read_ahead.append(ahead)
+            for t, got in zip(range(start, stop), part, strict=True):
+                want = sorted((tuple(np.round(f.box, 3)), f.filled) for f in full[t].faces)
+                assert sorted((tuple(np.round(f.box, 3)), f.filled) for f in got.faces) == want, (keep_doubtful, t)
+        assert min(read_ahead[:-1]) < tracker.context  # some chunk ends needed less than the whole look-ahead
+    # with nothing to continue, a chunk reads no look-ahead at all
+    still = [[_face(10, 10)] for _ in range(20)]
+    assert _chunk_with_early_stop(FaceTracker(high=0.5, low=0.2, max_gap=3), still, 0, 10)[1] == 0

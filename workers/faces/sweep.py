@@ -20,21 +20,12 @@ import cv2
 import numpy as np
 import numpy.typing as npt
 
+from shared.strict_blur import TURN, ZOOM, ZOOM_UP_TO
 from workers.faces.detection import Face, FaceDetector, suppress_faces
 
-__all__ = ["TURN", "ZOOM", "ZOOM_UP_TO", "DetectionSweep"]
+__all__ = ["TURN", "ZOOM", "ZOOM_UP_TO", "DetectionSweep"]  # the numbers live in shared.strict_blur
 
 Frame = npt.NDArray[np.uint8]
-
-TURN = 30.0
-"""Degrees the frame is turned each way for the extra passes."""
-
-ZOOM = 2
-"""How much a small frame is enlarged for the extra pass that finds small faces."""
-
-ZOOM_UP_TO = 960
-"""The longest frame side still enlarged (beyond it, the enlarged frame would take too many tiles; a larger
-``detector_size`` is the way to small faces there)."""
 
 
 def _round32(value: float) -> int:
@@ -47,11 +38,16 @@ class DetectionSweep:
     Args:
         detector: the job's detector (its ``detector_size`` is honoured in each pass).
         turns: the angles (degrees) of the extra turned passes.
+        others: more detectors (``face.strict_second_detector``), each run once on the frame as it is: what they
+            find is added to what the job's detector finds, whatever the models' scores disagree on.
     """
 
-    def __init__(self, detector: FaceDetector, *, turns: Sequence[float] = (TURN, -TURN)) -> None:
+    def __init__(
+        self, detector: FaceDetector, *, turns: Sequence[float] = (TURN, -TURN), others: Sequence[FaceDetector] = ()
+    ) -> None:
         self.detector = detector
         self.turns = tuple(turns)
+        self.others = tuple(others)
 
     def detect(self, frames: npt.NDArray[np.uint8] | Sequence[Frame], score: float | None = None) -> list[list[Face]]:
         """The faces of each frame, one list per frame, in order."""
@@ -61,6 +57,8 @@ class DetectionSweep:
         """The faces of one frame found by any pass, merged (highest score first)."""
         threshold = self.detector.score if score is None else score
         found = list(self.detector.detect_frame(frame, threshold))
+        for other in self.others:
+            found += other.detect_frame(frame, threshold)
         for angle in self.turns:
             found += self._turned(frame, angle, threshold)
         height, width = frame.shape[:2]

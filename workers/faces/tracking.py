@@ -37,7 +37,7 @@ import numpy.typing as npt
 
 from workers.faces.detection import Face
 
-__all__ = ["MAX_SMOOTHING_RADIUS", "FaceTracker", "TrackedFrame", "box_iou", "context_frames"]
+__all__ = ["MAX_SMOOTHING_RADIUS", "FaceTracker", "TrackedFrame", "box_iou", "context_frames", "smoothing_radius"]
 
 FloatArray = npt.NDArray[np.float32]
 
@@ -52,9 +52,15 @@ MATCH_WIDEN = 0.25
 overlap with its last box) still finds its track."""
 
 
-def context_frames(max_gap: int) -> int:
-    """The frames each side that a decision about one frame reads: a gap, its two ends and a smoothing window."""
-    return max_gap + 1 + MAX_SMOOTHING_RADIUS
+def smoothing_radius(smoothing: float) -> int:
+    """The frames each side of the landmark smoothing window at ``smoothing`` (0…1)."""
+    return round(smoothing * MAX_SMOOTHING_RADIUS)
+
+
+def context_frames(max_gap: int, smoothing: float = 1.0) -> int:
+    """The frames each side that a decision about one frame reads: a gap, its two ends and a smoothing window
+    (none without smoothing: a job that reads only boxes, like ``face_blur``, reads 3 frames fewer each side)."""
+    return max_gap + 1 + smoothing_radius(smoothing)
 
 
 def box_iou(a: FloatArray, b: FloatArray) -> FloatArray:
@@ -143,9 +149,9 @@ class FaceTracker:
         if max_gap < 0 or not 0.0 <= smoothing <= 1.0:
             raise ValueError("max_gap must be ≥ 0 and smoothing within 0…1")
         self.high, self.low, self.max_gap = high, low, max_gap
-        self.radius = round(smoothing * MAX_SMOOTHING_RADIUS)
+        self.radius = smoothing_radius(smoothing)
         self.keep_doubtful = keep_doubtful
-        self.context = context_frames(max_gap)
+        self.context = context_frames(max_gap, smoothing)
         self._tracks: list[_Track] = []
         self._detected: dict[int, list[tuple[Face, int]]] = {}  # frame -> (face, track id)
         self._by_id: dict[int, _Track] = {}
@@ -218,6 +224,28 @@ class FaceTracker:
         """Every frame not handed back yet (after the last :meth:`update`)."""
         while self._done < self._fed:
             yield self._decide(self._done)
+
+    def settled(self, last: int) -> bool:
+        """Whether no frame fed from now on can change what is decided about the frames up to ``last`` (a chunk's
+        last frame): then the rest of a look-ahead need not be detected at all.
+
+        A later detection changes an earlier frame only by bridging a gap of a track (a filled face), by making a
+        doubtful chain count (a confident detection within ``context``), or through the smoothing window; and a
+        detection joins no track it could not join had every frame been read, since association runs in order.
+        """
+        index = self._fed  # the next frame that would be fed
+        if index > last + self.context:
+            return True
+        if self.radius > 0:
+            return False
+        for track in self._tracks:
+            if track.last < last and index - track.last - 1 <= self.max_gap:
+                return False  # a gap into the chunk's last frames that the next frame could still close
+            if not self.keep_doubtful:
+                for frame in range(max(self._done, index - self.context), last + 1):
+                    if self._at(track, frame) is not None and not self._counts(track, frame):
+                        return False  # a doubtful face a confident one ahead would make count
+        return True
 
     def _counts(self, track: _Track, index: int) -> bool:
         """Whether the track's chain holds a confident detection within ``context`` frames of ``index``."""

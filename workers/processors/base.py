@@ -21,6 +21,7 @@ import numpy.typing as npt
 
 from shared.options import JobOptions, ProcessorName
 from shared.settings import Settings
+from shared.tallies import FaceTally
 from workers.engines.base import Degradation
 
 if TYPE_CHECKING:
@@ -71,10 +72,10 @@ class Staged(Protocol):
 
 @runtime_checkable
 class Tallied(Protocol):
-    """A processor that says what it did in a chunk (e.g. face-frames hidden); the render step records it as a
+    """A processor that says what it did in a chunk (face-frames hidden); the render step records it as a
     ``faces`` event of the job when the chunk is accepted."""
 
-    def tally(self) -> str: ...
+    def tally(self) -> FaceTally: ...
 
 
 class Reporter:

@@ -19,6 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from shared.options import BlurStyle
+from shared.tallies import FaceTally
 from workers.faces.detection import Face, FaceDetector
 from workers.faces.targeting import FaceTargeter
 from workers.processors.base import FrameBatch, ProcessorContext, Stage, Work, register
@@ -147,9 +148,9 @@ class FaceBlurProcessor:
         """One stage after the chain's detection: every face found."""
         return (self._apply,)
 
-    def tally(self) -> str:
+    def tally(self) -> FaceTally:
         """What this processor did, for the job's events: face-frames hidden, and how many tracks filled in."""
-        return f"face_blur hid {self.hidden} face-frames, {self.filled} of them filled in by tracking"
+        return FaceTally("face_blur", self.hidden, self.filled)
 
     def _apply(self, work: Work) -> Work:
         assert work.faces is not None
