@@ -108,7 +108,7 @@ class TestWorkersKilledMidChunk:
     def test_five_sigkills_mid_chunk_lose_and_repeat_no_frame(
         self, farm: Farm, api: TestClient, settings: Settings, tmp_path: Path, pipeline: str
     ) -> None:
-        clip = make_clip(tmp_path / "clip.mp4", seconds=10, size="640x360")
+        clip = make_clip(tmp_path / "clip.mp4", seconds=6, size="640x360")  # 12 chunks: room for five kills
         farm.beat()
         job_id = submit(api, clip, {**PIPELINES[pipeline], "chunk_frames": 16})
         killed: list[str] = []
