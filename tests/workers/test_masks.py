@@ -3,6 +3,7 @@ YuNet detector and replicas of the swapper, occluder, parser and landmarkers."""
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -381,3 +382,50 @@ def test_a_swapper_weight_is_refused_where_the_family_has_none(models: Path) -> 
     )
     with pytest.raises(InvalidOptionsError, match="swapper_weight"):
         build("face_swapper", context)
+
+
+class InputsEngine(CountingEngine):
+    """Passes calls through to a real engine, keeping each call's input."""
+
+    def __init__(self, inner: Engine) -> None:
+        super().__init__(inner)
+        self.inputs: list[npt.NDArray[np.float32]] = []
+
+    def run(self, inputs: Mapping[str, Tensor]) -> list[Tensor]:
+        self.inputs.append(np.asarray(next(iter(inputs.values()))))
+        return super().run(inputs)
+
+
+def _turned(points: npt.NDArray[np.float64], turn: int, size: tuple[int, int]) -> npt.NDArray[np.float64]:
+    """Pixel positions of a frame [H, W] in that frame turned by ``cv2.rotate(frame, turn)``."""
+    height, width = size
+    x, y = points[..., 0], points[..., 1]
+    if turn == cv2.ROTATE_90_CLOCKWISE:
+        return np.stack([height - 1 - y, x], axis=-1)
+    if turn == cv2.ROTATE_180:
+        return np.stack([width - 1 - x, height - 1 - y], axis=-1)
+    return np.stack([y, width - 1 - x], axis=-1)
+
+
+@pytest.mark.parametrize("turn", [cv2.ROTATE_90_CLOCKWISE, cv2.ROTATE_180, cv2.ROTATE_90_COUNTERCLOCKWISE])
+def test_2dfan4_sees_a_face_lying_on_its_side_or_upside_down_upright(tmp_path: Path, turn: int) -> None:
+    frame = image("group6.jpg")
+    faces = detector().detect(frame[None])[0][:3]
+    turned_frame = np.ascontiguousarray(cv2.rotate(frame, turn))
+    turned_faces = []
+    for face in faces:
+        corners = _turned(np.asarray(face.box, np.float64).reshape(2, 2), turn, frame.shape[:2])
+        box = np.r_[corners.min(axis=0), corners.max(axis=0)].astype(np.float32)
+        points = _turned(np.asarray(face.landmarks, np.float64), turn, frame.shape[:2]).astype(np.float32)
+        turned_faces.append(dataclasses.replace(face, box=box, landmarks=points))
+    lift = engine(install_replica(mask_replicas.fan_68_5(exact=True), "fan_68_5", tmp_path))
+    fan = InputsEngine(engine(install_replica(mask_replicas.fan_2dfan4(), "2dfan4", tmp_path)))
+    landmarker = FaceLandmarker(lift, fan, min_score=0.0)
+    upright = landmarker.landmarks(frame[None], [faces])
+    turned = landmarker.landmarks(turned_frame[None], [turned_faces])
+    # 2dfan4 got the same upright crops both times, so it found the same points: in the turned frame, they are the
+    # upright points turned with it.
+    for before, after in zip(fan.inputs[0], fan.inputs[1], strict=True):
+        assert psnr(before * 255, after * 255) >= 35.0
+    for before, after in zip(upright.points, turned.points, strict=True):
+        np.testing.assert_allclose(after, _turned(np.asarray(before, np.float64), turn, frame.shape[:2]), atol=1.0)

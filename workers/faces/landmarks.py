@@ -8,8 +8,9 @@
   ``landmarker_score`` the face is aligned by the 5 points derived from them (eye centres, nose tip, mouth
   corners) instead of the detector's.
 
-FaceFusion also rotates the 2dfan4 crop by the face's roll angle; faces here are cropped upright (the
-detectors' faces are upright within a few tens of degrees, which 2dfan4 tolerates).
+  The crop is turned by the face's roll rounded to a quarter turn (from the jaw line of the lifted points, as
+  FaceFusion's ``estimate_face_angle``), so a face lying on its side or upside down reaches 2dfan4 upright; within
+  ±45° of upright, 2dfan4 takes the face as it is.
 """
 
 from __future__ import annotations
@@ -49,6 +50,27 @@ def _transform(points: npt.ArrayLike, matrix: npt.ArrayLike) -> npt.NDArray[np.f
     array = np.asarray(points, np.float64)
     affine = np.asarray(matrix, np.float64)
     return array @ affine[:, :2].T + affine[:, 2]
+
+
+def roll_angle(landmarks68: npt.ArrayLike) -> int:
+    """The face's roll rounded to a quarter turn (0, 90, 180 or 270 degrees, counter-clockwise as
+    ``cv2.getRotationMatrix2D`` turns), from the direction of its jaw line (point 0 to point 16)."""
+    points = np.asarray(landmarks68, np.float64)
+    dx, dy = points[16] - points[0]
+    theta = float(np.degrees(np.arctan2(dy, dx))) % 360.0
+    return int(round(theta / 90.0)) % 4 * 90
+
+
+def fan_crop_matrix(box: npt.ArrayLike, angle: int) -> npt.NDArray[np.float64]:
+    """The 2×3 matrix from frame pixels to 2dfan4's 256² crop: the box centred and scaled to 195 px on its longest
+    side, then turned by ``angle`` degrees about the crop's centre (a quarter turn keeps the crop 256²)."""
+    corners = np.asarray(box, np.float64)
+    scale = _FAN_SCALE / max(float((corners[2:] - corners[:2]).max()), 1.0)
+    tx, ty = (FAN_SIZE - (corners[2:] + corners[:2]) * scale) * 0.5
+    placed = np.array([[scale, 0.0, tx], [0.0, scale, ty], [0.0, 0.0, 1.0]])
+    turned = np.vstack([cv2.getRotationMatrix2D((FAN_SIZE / 2, FAN_SIZE / 2), float(angle), 1.0), [0.0, 0.0, 1.0]])
+    combined: npt.NDArray[np.float64] = (turned @ placed)[:2]
+    return combined
 
 
 def five_from_68(landmarks: npt.ArrayLike) -> Points:
@@ -148,9 +170,14 @@ class FaceLandmarker:
         return np.stack(back).astype(np.float32)
 
     def detect(
-        self, frames: Frames | Sequence[Frames], faces: Sequence[Face], frame_indices: Sequence[int]
+        self,
+        frames: Frames | Sequence[Frames],
+        faces: Sequence[Face],
+        frame_indices: Sequence[int],
+        angles: Sequence[int] | None = None,
     ) -> tuple[Points, npt.NDArray[np.float32]]:
-        """2dfan4's 68 points and landmark score of each face (in frame pixels).
+        """2dfan4's 68 points and landmark score of each face (in frame pixels); ``angles`` (see
+        :func:`roll_angle`) turn each face's crop upright, none for faces taken as upright.
 
         Raises:
             ModelError: 2dfan4 is not loaded.
@@ -159,15 +186,12 @@ class FaceLandmarker:
             raise ModelError("the 2dfan4 landmarker is not loaded")
         if not faces:
             return np.zeros((0, 68, 2), np.float32), np.zeros((0,), np.float32)
-        crops, matrices = [], []
-        for face, index in zip(faces, frame_indices, strict=True):
-            box = np.asarray(face.box, np.float64)
-            scale = _FAN_SCALE / max(float((box[2:] - box[:2]).max()), 1.0)
-            tx, ty = (FAN_SIZE - (box[2:] + box[:2]) * scale) * 0.5
-            matrix = np.array([[scale, 0.0, tx], [0.0, scale, ty]])
-            crop = cv2.warpAffine(frames[index], matrix, (FAN_SIZE, FAN_SIZE))
-            crops.append(_brighten_if_dark(np.asarray(crop, np.uint8)))
-            matrices.append(matrix)
+        turns = list(angles) if angles is not None else [0] * len(faces)
+        matrices = [fan_crop_matrix(face.box, angle) for face, angle in zip(faces, turns, strict=True)]
+        crops = [
+            _brighten_if_dark(np.asarray(cv2.warpAffine(frames[index], matrix, (FAN_SIZE, FAN_SIZE)), np.uint8))
+            for index, matrix in zip(frame_indices, matrices, strict=True)
+        ]
         tensor = np.ascontiguousarray(np.stack(crops).transpose(0, 3, 1, 2).astype(np.float32) / np.float32(255.0))
         outputs = self._fan.run(tensor)
         points = np.asarray(outputs[0], np.float64)[:, :, :2] / _HEATMAP_SIZE * FAN_SIZE
@@ -185,7 +209,7 @@ class FaceLandmarker:
         points = self.lift(np.stack([face.landmarks for face in flat]) if flat else np.zeros((0, 5, 2)))
         scores = np.zeros(len(flat), np.float32)
         if self._fan is not None and flat:
-            points, scores = self.detect(frames, flat, indices)
+            points, scores = self.detect(frames, flat, indices, [roll_angle(lifted) for lifted in points])
         refined = [
             replace(face, landmarks=five_from_68(found)) if score > self.min_score else face
             for face, found, score in zip(flat, points, scores, strict=True)
