@@ -8,9 +8,7 @@ partial output is thrown away.
 from __future__ import annotations
 
 import logging
-import subprocess
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -23,7 +21,7 @@ from sqlalchemy.exc import OperationalError
 from shared import events, fairness, jobs
 from shared.db import session_scope
 from shared.dispatch import send_all
-from shared.errors import FfmpegError, LeaseLostError, ProcessorError, SwapfarmError
+from shared.errors import LeaseLostError, ProcessorError, SwapfarmError
 from shared.framing import render_sizes
 from shared.log_context import job_context
 from shared.media import MediaInfo
@@ -40,9 +38,9 @@ from workers.processors import FrameBatch, Processor, ProcessorContext, build
 from workers.processors.base import Report, Tallied
 from workers.runtime import Runtime
 from workers.track_feed import TrackFeed, reads_landmarks
-from workers.video import codecs, ffmpeg
-from workers.video.frame_scan import frame_times
+from workers.video import codecs
 from workers.video.pipes import FrameReader, FrameWriter
+from workers.video.transcode import Span, transcode
 
 if TYPE_CHECKING:
     from workers.device.path import DevicePath
@@ -172,9 +170,15 @@ def _render(
         if any(p.touches_pixels for p in processors):
             _process(rt, claim, media, options, processors, target, encoded, progress, beat)
         else:  # nothing looks at the pixels: one ffmpeg process, the same frames and timing as the pipes give
-            _transcode(
-                claim, media, options, target, encoded, progress, beat, stall_seconds=rt.settings.chunk_stall_seconds
-            )
+            width, height = render_sizes(media.width, media.height, options).output  # no processor changes it
+            span = Span(
+                target, claim.seek_seconds, claim.frame_end - claim.frame_start, width, height, media.fps,
+                demuxer=media.demuxer, scale=(width, height) != (media.width, media.height),
+            )  # fmt: skip
+            transcode(
+                span, encoded, options.encoder, progress, alive=lambda: beat.alive, what=f"chunk {claim.chunk_id}",
+                stall_seconds=rt.settings.chunk_stall_seconds,
+            )  # fmt: skip
             rt.metrics.batch_size.observe(claim.frame_end - claim.frame_start)  # the chunk went through as one batch
         tallies.extend(p.tally() for p in processors if isinstance(p, Tallied))
         output_url = rt.storage.job_url(claim.job_id, "chunks", f"{claim.index:05d}-{claim.token}.mp4")
@@ -295,65 +299,6 @@ def _track_feed(rt: Runtime, options: JobOptions, processors: list[Processor]) -
         staged[0].detector, targeter, options.face, strict=strict, landmarks=landmarks, second=second,
         batch_size=rt.settings.batch_size,
     )  # fmt: skip
-
-
-def _transcode(
-    claim: jobs.ChunkClaim,
-    media: MediaInfo,
-    options: JobOptions,
-    target: Path,
-    encoded: Path,
-    progress: list[int],
-    beat: Heartbeat,
-    *,
-    stall_seconds: float | None = None,
-) -> None:
-    """Decode and encode the chunk in one ffmpeg process, following its progress; stop it if the lease is lost,
-    or when no frame comes out for ``stall_seconds`` (``chunk_stalled``). Its stderr is drained as it comes."""
-    frames = claim.frame_end - claim.frame_start
-    width, height = render_sizes(media.width, media.height, options).output  # no processor here changes the size
-    args = ffmpeg.transcode_args(
-        target, claim.seek_seconds, frames, encoded, width, height, media.fps, options.encoder,
-        demuxer=media.demuxer, scale=(width, height) != (media.width, media.height),
-    )  # fmt: skip
-    proc, stderr = ffmpeg.start(args, name="transcode-stderr", stdout=True)
-    with proc:
-        follower = threading.Thread(target=_follow, args=(proc, progress), name="transcode-progress", daemon=True)
-        follower.start()
-        seen, moved_at = progress[0], time.monotonic()
-        while True:
-            try:
-                proc.wait(timeout=0.5)
-                break
-            except subprocess.TimeoutExpired:
-                if not beat.alive:
-                    proc.kill()
-                    raise LeaseLostError(f"chunk {claim.chunk_id}: lease lost or job cancelled") from None
-                if progress[0] != seen:
-                    seen, moved_at = progress[0], time.monotonic()
-                elif stall_seconds is not None and time.monotonic() - moved_at > stall_seconds:
-                    proc.kill()
-                    raise FfmpegError(
-                        f"no frame came out of the decoder for {stall_seconds:.0f}s (after {seen} of {frames}); "
-                        "the chunk was stopped",
-                        stderr=stderr.text(timeout=1),
-                        code="chunk_stalled",
-                    ) from None
-        follower.join()
-    if proc.returncode != 0:
-        raise FfmpegError(f"transcoding failed (exit {proc.returncode})", stderr=stderr.text())
-    produced = len(frame_times(encoded))
-    if produced != frames:
-        raise FfmpegError(f"decoding ended after {produced} of {frames} frames", code="media_truncated")
-
-
-def _follow(proc: subprocess.Popen[bytes], progress: list[int]) -> None:
-    """Read ffmpeg's ``-progress`` lines into ``progress[0]`` (frames encoded so far)."""
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        key, _, value = line.decode(errors="replace").strip().partition("=")
-        if key == "frame" and value.isdigit():
-            progress[0] = int(value)
 
 
 def _beat(rt: Runtime, claim: jobs.ChunkClaim, frames_done: int) -> bool:

@@ -5,6 +5,7 @@
   the one place ffmpeg and ffprobe start, which this module re-exports.
 * :mod:`~workers.video.encoders`: what each video encoder is given, and which encoder stands in for which.
 * :mod:`~workers.video.codecs`: which hardware encoders and decoders work on this machine (probed at start).
+* :mod:`~workers.video.transcode`: a chunk no processor looks at, decoded and encoded in one ffmpeg process.
 * :mod:`~workers.video.pipes`: frames through ffmpeg pipes, decoding ahead and encoding behind the processors.
 * :mod:`~workers.video.frame_scan`: where each frame of a file sits in time, from its packets;
   :mod:`~workers.video.frame_index`: those times stored at planning and read back by the stitch.
