@@ -10,10 +10,10 @@ what stays above one half is kept, stretched back to 0…1 — so a mask's edge 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import cv2
 import numpy as np
@@ -138,14 +138,21 @@ class _MaskModel:
         """The slower paths the model is on, if it was loaded here."""
         return self._loaded.degradations() if self._loaded is not None else []
 
-    def _run(self, tensor: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+    def _run(
+        self,
+        tensor: npt.NDArray[np.float32],
+        reduce: Callable[[npt.NDArray[np.float32]], npt.NDArray[Any]] | None = None,
+    ) -> npt.NDArray[Any]:
+        """The model's first output for every item of ``tensor``; with ``reduce``, each batch's output is reduced
+        as it comes, so only one batch of the raw output is ever held."""
         name = self.spec.input_names[0]
 
-        def run(part: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        def run(part: npt.NDArray[np.float32]) -> npt.NDArray[Any]:
             def inputs(items: Indices) -> dict[str, npt.NDArray[np.generic]]:
                 return {name: part[items]}
 
-            return np.asarray(run_in_batches(self.engine, len(part), inputs, self._fixed_batch)[0], np.float32)
+            output = np.asarray(run_in_batches(self.engine, len(part), inputs, self._fixed_batch)[0], np.float32)
+            return output if reduce is None else reduce(output)
 
         return self.batches.map(tensor, run)
 
@@ -202,12 +209,17 @@ class FaceRegionParser(_MaskModel):
             return np.zeros((0, size, size), np.float32)
         assert self.spec.normalisation is not None and self.spec.colour_order is not None
         tensor = crops_to_tensor(_resize_all(crops, self.size), self.spec.normalisation, self.spec.colour_order)
-        scores = self._run(tensor)
-        if scores.ndim != 4 or scores.shape[1] != PARSER_CLASSES:
-            raise ModelError(f"face parser {self.spec.name} gave {list(scores.shape)}, not [N, 19, H, W]")
         classes = np.asarray([REGION_CLASSES[region] for region in regions])
-        hard = np.isin(scores.argmax(axis=1), classes).astype(np.float32)
-        return soften(_resize_all(hard, size).astype(np.float32))
+
+        def chosen(scores: npt.NDArray[np.float32]) -> npt.NDArray[np.uint8]:
+            # 19 score planes of 512² are 20 MB a face: each face's planes are reduced to its class map while
+            # they are in cache, and a batch's scores are dropped as soon as they are read.
+            if scores.ndim != 4 or scores.shape[1] != PARSER_CLASSES:
+                raise ModelError(f"face parser {self.spec.name} gave {list(scores.shape)}, not [N, 19, H, W]")
+            return np.stack([np.isin(item.argmax(axis=0), classes) for item in scores]).astype(np.uint8)
+
+        hard = self._run(tensor, chosen)
+        return soften(_resize_all(hard.astype(np.float32), size).astype(np.float32))
 
 
 @dataclass
