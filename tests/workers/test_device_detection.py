@@ -3,20 +3,23 @@ same count, boxes and landmarks within a hundredth of a pixel, on real footage."
 
 from __future__ import annotations
 
+import logging
 import shutil
 import subprocess
 from pathlib import Path
 
 import cv2
 import numpy as np
+import onnx
 import pytest
 import torch
 
-from shared.options import Detector, FaceOptions
+from shared.options import Detector, FaceOptions, JobOptions
 from shared.processes import child_env
 from tests.support.faces import cpu_settings
+from workers import notices
 from workers.device.decoding import DECODERS, survivors
-from workers.device.detection import ConvertedDetector, DeviceDetector
+from workers.device.detection import DETECTION_FALLBACK, ConvertedDetector, DeviceDetector, device_detector
 from workers.faces.decoding import STRIDES, decode_scrfd, decode_yolo_face, decode_yunet
 from workers.faces.detection import FaceDetector
 from workers.video.ffmpeg import decode_args
@@ -124,3 +127,33 @@ def test_the_torch_decoders_decode_as_the_host_decoders_do(family: Detector) -> 
         np.testing.assert_allclose(ours.landmarks.numpy(), expected.landmarks, atol=1e-3)
         kept += len(ours.scores)
     assert kept > batch
+
+
+def test_a_detector_the_converter_cannot_take_detects_on_the_host_and_the_job_is_told(
+    data_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """No silent fallback: a graph with an operator the converter lacks leaves detection on the host with a
+    degradation (the job's warning, a log line, the metric's count)."""
+    host, _ = _detectors("yunet", "yunet_2023mar.onnx", "yunet_2023_mar.onnx", data_dir, tmp_path)
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("Hardmax", ["input"], ["cls_8"])],
+        "unconvertible",
+        [onnx.helper.make_tensor_value_info("input", onnx.TensorProto.FLOAT, [1, 3, 640, 640])],
+        [onnx.helper.make_tensor_value_info("cls_8", onnx.TensorProto.FLOAT, [1, 3, 640, 640])],
+    )
+    onnx.save(onnx.helper.make_model(graph), tmp_path / "yunet_2023_mar.onnx")  # the file the job resolves
+    settings = cpu_settings(tmp_path, models_dir=tmp_path, allow_model_hash_mismatch=True)
+    options = JobOptions.model_validate({"processors": ["face_blur"]})
+    before = _degradations(DETECTION_FALLBACK)
+    with notices.collecting() as found, caplog.at_level(logging.WARNING):
+        assert device_detector(host, settings, options, "cpu", width=480, height=480) is None
+    assert [n.code for n in found] == [DETECTION_FALLBACK]
+    assert "cannot be converted" in found[0].message and "Hardmax" in found[0].message
+    assert any(f"degraded ({DETECTION_FALLBACK})" in r.getMessage() for r in caplog.records)
+    assert _degradations(DETECTION_FALLBACK) == before + 1
+
+
+def _degradations(code: str) -> float:
+    """``swapfarm_degradations_total{code}`` as the worker's metrics endpoint exports it."""
+    (family,) = notices.DegradationCollector().collect()
+    return sum(s.value for s in family.samples if s.labels == {"code": code} and s.name.endswith("_total"))

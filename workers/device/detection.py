@@ -9,6 +9,8 @@ torch (:mod:`workers.device.decoding`). tests/workers/test_device_detection.py h
 
 from __future__ import annotations
 
+import functools
+import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -17,13 +19,21 @@ import onnx
 import torch
 import torch.nn.functional as F
 
+from shared.errors import ModelError
+from shared.options import JobOptions
+from shared.settings import Settings
+from shared.strict_blur import ZOOM_UP_TO
+from workers import notices
 from workers.device.decoding import DECODERS, survivors
 from workers.engines.base import Tensor
 from workers.engines.onnx_to_torch import convert
 from workers.faces.detection import Face, FaceDetector, Frame
+from workers.models.download import resolve
 from workers.processors.base import FrameBatch
 
-__all__ = ["ConvertedDetector", "DeviceDetector"]
+__all__ = ["DETECTION_FALLBACK", "ConvertedDetector", "DeviceDetector", "device_detector", "host_passes", "on_device"]
+
+logger = logging.getLogger(__name__)
 
 
 class ConvertedDetector:
@@ -106,7 +116,7 @@ class DeviceDetector(FaceDetector):
             return []
         if self.tiles(width, height):
             host = batch.permute(0, 2, 3, 1).cpu().numpy()
-            return [self.detect_frame(frame, score) for frame in host]
+            return [super(DeviceDetector, self).detect_frame(frame, score) for frame in host]
         threshold = self.score if score is None else score
         scale = min(self.view / height, self.view / width, 1.0)
         with torch.inference_mode():
@@ -139,3 +149,56 @@ class DeviceDetector(FaceDetector):
         canvas = ((0 - mean) / std).expand(len(batch), 3, self.size, self.size).clone()
         canvas[:, :, : pixels.shape[2], : pixels.shape[3]] = (pixels[:, self._order] - mean) / std
         return canvas
+
+
+DETECTION_FALLBACK = "device_detection_fallback"
+"""The degradation code of a chunk whose faces are detected on the host, in part or whole, on the device path."""
+
+
+@functools.lru_cache(maxsize=4)
+def _converted(path: str, mtime_ns: int, device: str) -> ConvertedDetector:
+    # Converting a graph takes a second or so: once per model file and device, not once per chunk.
+    return ConvertedDetector(Path(path), device)
+
+
+def on_device(host: FaceDetector, path: Path, device: str) -> DeviceDetector | str:
+    """``host`` (loaded from ``path``) as a :class:`DeviceDetector` on ``device``, or why it cannot be (a sentence
+    for the job's warning: the converter does not take the graph)."""
+    try:
+        converted = _converted(str(path.resolve()), path.stat().st_mtime_ns, device)
+    except (ModelError, ValueError, NotImplementedError, KeyError, OSError) as error:
+        return f"the {host.detector} detector cannot be converted to torch ({error})"
+    return DeviceDetector(host, converted)
+
+
+def host_passes(detector: FaceDetector, width: int, height: int, *, strict: bool) -> str | None:
+    """Which of a ``width``×``height`` chunk's detection passes stay on the host with a :class:`DeviceDetector`,
+    or ``None``: tiles (a view larger than the model's input) and the strict sweep's enlarged pass."""
+    scale = min(detector.view / height, detector.view / width, 1.0)
+    if max(1, round(width * scale)) > detector.size or max(1, round(height * scale)) > detector.size:
+        return f"detection in tiles (detector size {detector.view} over the model's {detector.size})"
+    if strict and max(width, height) <= ZOOM_UP_TO:
+        return f"the strict sweep's enlarged pass (frames up to {ZOOM_UP_TO} px)"
+    return None
+
+
+def device_detector(
+    host: FaceDetector, settings: Settings, options: JobOptions, device: str, *, width: int, height: int
+) -> DeviceDetector | None:
+    """A chunk's detector on ``device`` (``host``, the chain's, converted), or ``None`` where it cannot be converted:
+    then the faces are found on the host, and the job says so (a degradation: event, log line, metric). Passes
+    that stay on the host beside it (:func:`host_passes`, the strict sweep's second detector) are reported too."""
+    found = on_device(host, resolve(host.spec.model, settings), device)
+    if isinstance(found, str):
+        notices.report(DETECTION_FALLBACK, f"faces are detected on the host, not the {device} device: {found}")
+        return None
+    face = options.face
+    strict = "face_blur" in options.processors and face.blur_strict and face.tracking
+    passes = [host_passes(host, width, height, strict=strict)]
+    if strict and face.strict_second_detector not in (None, face.detector):
+        passes.append(f"the strict sweep's second detector ({face.strict_second_detector})")
+    if any(passes):
+        on_host = "; ".join(p for p in passes if p)
+        notices.report(DETECTION_FALLBACK, f"faces are detected on the {device} device but for {on_host} (host)")
+    logger.info("faces detected on the %s device (%s, converted to torch)", device, host.detector)
+    return found
