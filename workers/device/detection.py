@@ -121,8 +121,7 @@ class DeviceDetector(FaceDetector):
         scale = min(self.view / height, self.view / width, 1.0)
         with torch.inference_mode():
             tensor = self._prepare(batch, scale)
-            outputs = self.converted.module(tensor)
-            named = dict(zip(self.converted.output_names, outputs, strict=True))
+            named = dict(zip(self.converted.output_names, self._run_model(tensor), strict=True))
             found = survivors(self.decode(named, len(batch), self.size), threshold)
         self.batches += 1
         faces = []
@@ -134,6 +133,15 @@ class DeviceDetector(FaceDetector):
                 for b, p, s in zip(box_rows, point_rows, scores.cpu().tolist(), strict=True)
             ])  # fmt: skip
         return faces
+
+    def _run_model(self, tensor: torch.Tensor) -> list[torch.Tensor]:
+        """The converted model on the prepared batch. On a GPU in one run; on the CPU one frame at a time, the
+        outputs stacked ``[B, …]``: a 640² detector's activations for several frames outgrow the CPU's caches, and
+        batches of 8 measured 1.5–2.5x slower per frame than single frames (benchmarks/device_pipeline.py)."""
+        if tensor.device.type != "cpu":
+            return list(self.converted.module(tensor))
+        runs = [self.converted.module(tensor[i : i + 1]) for i in range(len(tensor))]
+        return [torch.cat(parts, dim=0) for parts in zip(*runs, strict=True)]
 
     def _prepare(self, batch: torch.Tensor, scale: float) -> torch.Tensor:
         """uint8 ``[N, 3, H, W]`` BGR → the model's ``[N, 3, size, size]`` input: shrunk as OpenCV's bilinear
