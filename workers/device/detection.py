@@ -25,6 +25,7 @@ from shared.settings import Settings
 from shared.strict_blur import ZOOM_UP_TO
 from workers import notices
 from workers.device.decoding import DECODERS, survivors
+from workers.device.threads import calling_thread_on_one
 from workers.engines.base import Tensor
 from workers.engines.onnx_to_torch import convert
 from workers.faces.detection import Face, FaceDetector, Frame
@@ -136,10 +137,13 @@ class DeviceDetector(FaceDetector):
 
     def _run_model(self, tensor: torch.Tensor) -> list[torch.Tensor]:
         """The converted model on the prepared batch. On a GPU in one run; on the CPU one frame at a time, the
-        outputs stacked ``[B, …]``: a 640² detector's activations for several frames outgrow the CPU's caches, and
-        batches of 8 measured 1.5–2.5x slower per frame than single frames (benchmarks/device_pipeline.py)."""
+        outputs stacked ``[B, …]``, on one OpenMP thread of the calling thread (the pipeline's detection thread):
+        on the shared 2-core CPU where this was measured, batches of 8 took 1.5–3x as long per frame as single
+        frames, and two intra-op threads 3–10x as long as one, the other stages keeping the cores busy
+        (benchmarks/device_pipeline.py; :mod:`workers.device.threads`)."""
         if tensor.device.type != "cpu":
             return list(self.converted.module(tensor))
+        calling_thread_on_one()
         runs = [self.converted.module(tensor[i : i + 1]) for i in range(len(tensor))]
         return [torch.cat(parts, dim=0) for parts in zip(*runs, strict=True)]
 
