@@ -276,7 +276,8 @@ def _device_path(
 
     staged = face_chain(processors)
     detector = None
-    if staged:
+    wanted = rt.settings.device_detection == "on" or (rt.settings.device_detection == "auto" and device != "cpu")
+    if staged and wanted:
         detector = device_detector(staged[0].detector, rt.settings, options, device, width=width, height=height)
     chosen = plan(processors, device, width=width, height=height, detector=detector)
     if isinstance(chosen, str):

@@ -65,6 +65,7 @@ def _settings(models: Path, tmp_path: Path, engine: str) -> Settings:
         work_dir=tmp_path / "work",
         engine=engine,
         model_engines=dict.fromkeys(("inswapper_128", "gfpgan_1.4"), "onnxruntime"),
+        device_detection="on",  # what a GPU worker does by default; on the CPU it is off unless asked for
     )
 
 
@@ -156,7 +157,8 @@ def test_a_job_of_several_chunks_through_the_farm_takes_the_device_path(
     device = _settings(models, tmp_path, "torch")
     farm_settings = settings.model_copy(
         update={k: getattr(device, k) for k in ("models_dir", "model_cache_dir", "allow_model_hash_mismatch",
-                                                "family", "model_base_urls", "engine", "model_engines")}
+                                                "family", "model_base_urls", "engine", "model_engines",
+                                                "device_detection")}
     )  # fmt: skip
     logs = tmp_path / "logs"
     logs.mkdir()
