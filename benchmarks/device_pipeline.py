@@ -8,8 +8,12 @@ ratio is the frame path's: the swapper costs the same on both). Then ``face_blur
 Both take the chunk's 4:2:0 planes as the decoder's pipe gives them and hand 4:2:0 planes to the encoder's pipe:
 the OpenCV path converts whole frames to BGR and back around the blur of every detected face; the device path
 converts the faces' regions only. Printed per frame, with and without the
-detection (the same YuNet model through ONNX Runtime in both), and the ratio torch / OpenCV. The device path runs
-on the CPU unless ``--device`` names another (``cuda``); the OpenCV path always runs on the host.
+detection (the same YuNet model through ONNX Runtime in both, and, as a third column, the device path with its
+detection on the device: the converted model, batched, decode and NMS in torch), and the ratio torch / OpenCV.
+Then detection alone: the host's (OpenCV letterbox, ONNX Runtime one frame at a time, numpy decode, OpenCV NMS) vs
+the device's (:class:`workers.device.detection.DeviceDetector`), per detector. The end-to-end chunk compares
+the same three. The device path runs on the CPU unless ``--device`` names another (``cuda``); the OpenCV path
+always runs on the host.
 
     .venv/bin/python -m benchmarks.device_pipeline [--frames 24] [--batch 8] [--data ../shared/data] [--no-chunk]
 """
@@ -33,6 +37,7 @@ from shared.options import FaceOptions, JobOptions
 from tests.support.faces import cpu_settings
 from tests.support.replicas import arcface_w600k_r50, install_replica, inswapper_128, replica_settings
 from workers.device.blurring import blur_faces_in_planes
+from workers.device.detection import ConvertedDetector, DeviceDetector
 from workers.device.feed import PlaneFeed
 from workers.device.path import DevicePath, plan
 from workers.faces.detection import Face, FaceDetector
@@ -86,26 +91,61 @@ def main() -> None:
         batches = [planes[i : i + args.batch] for i in range(0, args.frames, args.batch)]
         found = [detector.detect(np.stack([cv2.cvtColor(f, cv2.COLOR_YUV2BGR_I420) for f in b])) for b in batches]
         faces = sum(len(f) for per_batch in found for f in per_batch)
+        default_threads = torch.get_num_threads()
         if args.device == "cpu":  # as the render path runs these stages (workers/device/threads.py)
             torch.set_num_threads(1)
         threads = torch.get_num_threads()
         print(f"face_blur on crowd_1080p.mp4: {args.frames} frames, {faces} faces, batches of {args.batch}, "
               f"torch {torch.__version__}, {args.device} ({threads} CPU threads; best of {args.repeats})")  # fmt: skip
+        on_device = DeviceDetector(detector, ConvertedDetector(models / "yunet_2023_mar.onnx", args.device))
         for label, with_detection in (("without detection", False), ("with detection", True)):
             rates = {}
             device_path = partial(torch_path, device=args.device)
-            for name, run in (("OpenCV", opencv_path), ("torch", device_path)):
+            runs: list[tuple[str, Callable[..., np.ndarray], Callable[[np.ndarray], Faces]]] = [
+                ("OpenCV", opencv_path, detector.detect), ("torch", device_path, detector.detect)
+            ]  # fmt: skip
+            if with_detection:
+                runs.append(("torch+det", device_path, on_device.detect))
+            for name, run, detect in runs:
                 best = float("inf")
                 for _ in range(args.repeats):
                     started = time.perf_counter()
                     for batch, given in zip(batches, found, strict=True):
-                        run(batch, None if with_detection else given, detector.detect)
+                        run(batch, None if with_detection else given, detect)
                     if args.device != "cpu":
                         torch.cuda.synchronize()
                     best = min(best, time.perf_counter() - started)
                 rates[name] = best / args.frames * 1000
-            print(f"  {label:18s} OpenCV {rates['OpenCV']:6.1f} ms/frame   torch {rates['torch']:6.1f} ms/frame   "
-                  f"torch/OpenCV {rates['torch'] / rates['OpenCV']:.2f}x time")  # fmt: skip
+            print(f"  {label:18s} {_ratios(rates)}")
+        torch.set_num_threads(default_threads)  # the detectors run with the worker's threads, as in the path
+        detection_comparison(args.data, models, planes, args.batch, args.repeats, args.device)
+
+
+def detection_comparison(data: Path, models: Path, planes: np.ndarray, batch: int, repeats: int, device: str) -> None:
+    """Detection alone, host vs device, per detector on the same frames: ms per frame and the ratio."""
+    frames = np.stack([cv2.cvtColor(f, cv2.COLOR_YUV2BGR_I420) for f in planes])
+    on_device_frames = torch.from_numpy(frames).to(device).permute(0, 3, 1, 2)
+    print(f"detection alone on {len(frames)} frames of crowd_1080p.mp4 (batches of {batch}, "
+          f"{torch.get_num_threads()} threads; best of {repeats})")  # fmt: skip
+    cases = [("yunet", "yunet_2023mar.onnx", "yunet_2023_mar.onnx"),
+             ("scrfd", "scrfd_500m_bnkps.onnx", "scrfd_2.5g.onnx")]  # fmt: skip
+    for family, file, registry_file in cases:
+        shutil.copy(data / "models" / file, models / registry_file)
+        options = FaceOptions.model_validate({"detector": family})
+        host = FaceDetector.load(options, cpu_settings(models, models_dir=models, allow_model_hash_mismatch=True))
+        ours = DeviceDetector(host, ConvertedDetector(models / registry_file, device))
+        ours.detect(on_device_frames[:batch])  # warm-up
+        times = {}
+        for label, detect, given in (("host", host.detect, frames), ("device", ours.detect, on_device_frames)):
+            best = float("inf")
+            for _ in range(repeats):
+                started = time.perf_counter()
+                for start in range(0, len(frames), batch):
+                    detect(given[start : start + batch])
+                best = min(best, time.perf_counter() - started)
+            times[label] = best / len(frames) * 1000
+        print(f"  {family:6s} host (ONNX Runtime) {times['host']:6.1f} ms/frame   device (torch) "
+              f"{times['device']:6.1f} ms/frame   device/host {times['device'] / times['host']:.2f}x time")  # fmt: skip
 
 
 def chunk_comparison(clip: Path, data: Path, frames: int, batch: int, repeats: int, device: str) -> None:
@@ -128,7 +168,13 @@ def chunk_comparison(clip: Path, data: Path, frames: int, batch: int, repeats: i
             options = JobOptions.model_validate(job)
             context = ProcessorContext(options=options, sources=[data / "media" / "s0.jpg"], settings=settings)
             processors = [build(p, context) for p in options.processors]
-            paths = {"OpenCV": None, "torch": plan(processors, device, width=1920, height=1080)}
+            detector = face_chain(processors)[0].detector
+            converted = DeviceDetector(detector, ConvertedDetector(models / "yunet_2023_mar.onnx", device))
+            paths = {
+                "OpenCV": None,
+                "torch": plan(processors, device, width=1920, height=1080),
+                "torch+det": plan(processors, device, width=1920, height=1080, detector=converted),
+            }
             times = dict.fromkeys(paths, float("inf"))
             for _ in range(repeats):  # alternated, so that a busy spell of the machine falls on both
                 for label, path in paths.items():
@@ -136,8 +182,16 @@ def chunk_comparison(clip: Path, data: Path, frames: int, batch: int, repeats: i
                     started = time.perf_counter()
                     _render(clip, processors, path, options, frames, batch, folder / "out.mp4")
                     times[label] = min(times[label], (time.perf_counter() - started) / frames * 1000)
-            print(f"  {name:13s} OpenCV {times['OpenCV']:6.1f} ms/frame   torch {times['torch']:6.1f} ms/frame   "
-                  f"torch/OpenCV {times['torch'] / times['OpenCV']:.2f}x time")  # fmt: skip
+            print(f"  {name:13s} {_ratios(times)}")
+
+
+def _ratios(times: dict[str, float]) -> str:
+    """ms per frame of each path, then each torch path's time over the OpenCV path's."""
+    spent = "   ".join(f"{name} {ms:6.1f} ms/frame" for name, ms in times.items())
+    ratios = "   ".join(
+        f"{name}/OpenCV {ms / times['OpenCV']:.2f}x time" for name, ms in times.items() if name != "OpenCV"
+    )
+    return f"{spent}   {ratios}"
 
 
 def _render(
@@ -157,7 +211,8 @@ def _render(
     staged = face_chain(processors)
     targeter = next((p.targeter for p in staged if p.targeter is not None), None)
     strict = "face_blur" in options.processors and options.face.blur_strict
-    feed = TrackFeed(staged[0].detector, targeter, options.face, strict=strict, batch_size=batch)
+    detector = staged[0].detector if path is None or path.detector is None else path.detector
+    feed = TrackFeed(detector, targeter, options.face, strict=strict, batch_size=batch)
     with reader:
         chunk = reader if path is None else path.feed.frames(reader)
         run_stages(feed.work((), chunk, frames), stages_of(processors) if path is None else path.stages(), writer.write)

@@ -213,12 +213,12 @@ def _process(
     """Decode the chunk's frames through a pipe, run the processors' stages overlapped (:mod:`workers.pipeline`),
     encode through a pipe."""
     frames = claim.frame_end - claim.frame_start
-    feed, behind, ahead = _track_feed(rt, options, processors), 0, 0
-    if feed is not None:
-        behind, ahead = min(feed.context, claim.frame_start), feed.context
     sizes = render_sizes(media.width, media.height, options)
     width, height = sizes.decoded
-    path = _device_path(rt, processors, width, height)
+    path = _device_path(rt, options, processors, width, height)
+    feed, behind, ahead = _track_feed(rt, options, processors, path.detector if path else None), 0, 0
+    if feed is not None:
+        behind, ahead = min(feed.context, claim.frame_start), feed.context
     read = partial(
         FrameReader,
         target,
@@ -266,15 +266,24 @@ def _process(
         raise ProcessorError(f"chunk produced {writer.frames_written} frames, expected {frames}")
 
 
-def _device_path(rt: Runtime, processors: list[Processor], width: int, height: int) -> DevicePath | None:
+def _device_path(
+    rt: Runtime, options: JobOptions, processors: list[Processor], width: int, height: int
+) -> DevicePath | None:
     """The chunk's device path where the engine setting asks for torch (:mod:`workers.device.path`), else
-    ``None``: the OpenCV path; a chain the device path cannot run takes the OpenCV path with a degradation."""
+    ``None``: the OpenCV path; a chain the device path cannot run takes the OpenCV path with a degradation, and
+    detection the device cannot run stays on the host with one."""
     device = frame_path_device(rt.settings, rt.family)
     if device is None:
         return None
+    from workers.device.detection import device_detector
     from workers.device.path import plan  # torch: imported only where the engine setting asks for it
 
-    chosen = plan(processors, device, width=width, height=height)
+    staged = face_chain(processors)
+    detector = None
+    wanted = rt.settings.device_detection == "on" or (rt.settings.device_detection == "auto" and device != "cpu")
+    if staged and wanted:
+        detector = device_detector(staged[0].detector, rt.settings, options, device, width=width, height=height)
+    chosen = plan(processors, device, width=width, height=height, detector=detector)
     if isinstance(chosen, str):
         notices.report(FALLBACK, f"the frames render on the OpenCV path, not the {device} device path: {chosen}")
         return None
@@ -282,9 +291,11 @@ def _device_path(rt: Runtime, processors: list[Processor], width: int, height: i
     return chosen
 
 
-def _track_feed(rt: Runtime, options: JobOptions, processors: list[Processor]) -> TrackFeed | None:
+def _track_feed(
+    rt: Runtime, options: JobOptions, processors: list[Processor], detector: FaceDetector | None = None
+) -> TrackFeed | None:
     """The chain's tracked detection (:mod:`workers.track_feed`), or ``None`` where no processor works on faces
-    or the job turned tracking off."""
+    or the job turned tracking off; ``detector`` replaces the chain's own (the device path's)."""
     staged = face_chain(processors)
     if not staged or not options.face.tracking:
         return None
@@ -296,7 +307,7 @@ def _track_feed(rt: Runtime, options: JobOptions, processors: list[Processor]) -
     if other is not None and other != options.face.detector:
         second = FaceDetector.load(options.face.model_copy(update={"detector": other}), rt.settings)
     return TrackFeed(
-        staged[0].detector, targeter, options.face, strict=strict, landmarks=landmarks, second=second,
+        detector or staged[0].detector, targeter, options.face, strict=strict, landmarks=landmarks, second=second,
         batch_size=rt.settings.batch_size,
     )  # fmt: skip
 

@@ -2,9 +2,9 @@
 on the worker's device (the CPU here, as in CI) and come out as the OpenCV path's do — ≥ 40 dB PSNR per frame on
 ``d18`` and ``crowd_1080p``, for ``face_blur`` (default, strict options) and ``face_swapper`` (replica inswapper,
 on ONNX Runtime in both runs, so that only the frame path differs; on ``d18`` also chained with
-``face_enhancer``). A job of several chunks through the farm's Celery workers (look-behind and look-ahead frames
-on the device path too) agrees the same way, and a chain the device path cannot run renders on the OpenCV path
-with a job warning.
+``face_enhancer``), with the faces detected on the device (the converted detector, its decode and NMS in torch).
+A job of several chunks through the farm's Celery workers (look-behind and look-ahead frames on the device path
+too) agrees the same way, and a chain the device path cannot run renders on the OpenCV path with a job warning.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from tests.integration.conftest import download, submit, wait_finished
 from tests.support.farm import Farm
 from tests.support.media import psnr, read_frames
 from tests.support.replicas import arcface_w600k_r50, gfpgan_1_4, install_replica, inswapper_128, replica_settings
+from workers.device.detection import DETECTION_FALLBACK
 from workers.device.selection import FALLBACK
 from workers.embedded import run_local
 
@@ -64,6 +65,7 @@ def _settings(models: Path, tmp_path: Path, engine: str) -> Settings:
         work_dir=tmp_path / "work",
         engine=engine,
         model_engines=dict.fromkeys(("inswapper_128", "gfpgan_1.4"), "onnxruntime"),
+        device_detection="on",  # what a GPU worker does by default; on the CPU it is off unless asked for
     )
 
 
@@ -97,12 +99,21 @@ def test_the_device_path_renders_what_the_opencv_path_renders(
     for engine in ("onnxruntime", "torch"):
         outputs[engine], states[engine] = tmp_path / f"{engine}.mp4", tmp_path / f"state-{engine}"
         caplog.clear()
-        with caplog.at_level(logging.INFO, logger="workers.rendering"):
+        with (
+            caplog.at_level(logging.INFO, logger="workers.rendering"),
+            caplog.at_level(logging.INFO, logger="workers.device.detection"),
+        ):
             job_id = _render(source, JOBS[processor], frames, _settings(models, tmp_path, engine), outputs[engine],
                              states[engine])  # fmt: skip
-        assert FALLBACK not in _warnings(states[engine], job_id)
+        warned = _warnings(states[engine], job_id)
+        assert FALLBACK not in warned
         took = any("frames on the cpu device path" in r.getMessage() for r in caplog.records)
         assert took == (engine == "torch"), engine
+        # the faces were found on the device too: the converted detector, its decode and NMS in torch
+        detected = any("faces detected on the cpu device (yunet" in r.getMessage() for r in caplog.records)
+        assert detected == (engine == "torch"), engine
+        if DETECTION_FALLBACK in warned:  # only the strict sweep's enlarged pass of a small frame stays on the host
+            assert "enlarged pass" in warned[DETECTION_FALLBACK] and "tiles" not in warned[DETECTION_FALLBACK]
     host, device = read_frames(outputs["onnxruntime"]), read_frames(outputs["torch"])
     original = read_frames(source)[:frames]
     assert host.shape == device.shape == original.shape
@@ -146,7 +157,8 @@ def test_a_job_of_several_chunks_through_the_farm_takes_the_device_path(
     device = _settings(models, tmp_path, "torch")
     farm_settings = settings.model_copy(
         update={k: getattr(device, k) for k in ("models_dir", "model_cache_dir", "allow_model_hash_mismatch",
-                                                "family", "model_base_urls", "engine", "model_engines")}
+                                                "family", "model_base_urls", "engine", "model_engines",
+                                                "device_detection")}
     )  # fmt: skip
     logs = tmp_path / "logs"
     logs.mkdir()

@@ -3,18 +3,24 @@ same count, boxes and landmarks within a hundredth of a pixel, on real footage."
 
 from __future__ import annotations
 
+import logging
 import shutil
 import subprocess
 from pathlib import Path
 
 import cv2
 import numpy as np
+import onnx
 import pytest
+import torch
 
-from shared.options import FaceOptions
+from shared.options import Detector, FaceOptions, JobOptions
 from shared.processes import child_env
 from tests.support.faces import cpu_settings
-from workers.device.detection import ConvertedDetector
+from workers import notices
+from workers.device.decoding import DECODERS, survivors
+from workers.device.detection import DETECTION_FALLBACK, ConvertedDetector, DeviceDetector, device_detector
+from workers.faces.decoding import STRIDES, decode_scrfd, decode_yolo_face, decode_yunet
 from workers.faces.detection import FaceDetector
 from workers.video.ffmpeg import decode_args
 
@@ -49,3 +55,105 @@ def test_a_converted_detector_finds_the_faces_onnx_runtime_finds(
         for a, b in zip(ours, theirs, strict=True):
             assert np.abs(a.box - b.box).max() < 0.01 and np.abs(a.landmarks - b.landmarks).max() < 0.01
             assert abs(a.score - b.score) < 1e-4
+
+
+def _detectors(
+    family: str, file: str, registry_file: str, data_dir: Path, models: Path
+) -> tuple[FaceDetector, DeviceDetector]:
+    shutil.copy(data_dir / "models" / file, models / registry_file)
+    options = FaceOptions.model_validate({"detector": family})
+    host = FaceDetector.load(options, cpu_settings(models, models_dir=models, allow_model_hash_mismatch=True))
+    return host, DeviceDetector(host, ConvertedDetector(data_dir / "models" / file))
+
+
+@pytest.mark.parametrize(("family", "file", "registry_file"), CASES)
+def test_detection_on_the_device_finds_the_faces_the_host_finds(
+    family: str, file: str, registry_file: str, data_dir: Path, tmp_path: Path
+) -> None:
+    """Letterbox, batched model, decode and NMS in torch: the same faces as the host's OpenCV/numpy route with
+    ONNX Runtime, boxes and landmarks within half a pixel, scores within 1e-3, on a 1080p crowd (shrunk to fit),
+    a 480p clip (padded) and a group photo."""
+    host, device = _detectors(family, file, registry_file, data_dir, tmp_path)
+    photo = np.asarray(cv2.imread(str(data_dir / "media" / "group6.jpg")), np.uint8)
+    batches = [
+        _frames(data_dir / "media" / "crowd_1080p.mp4", 3, 1920, 1080),
+        _frames(data_dir / "media" / "d18.mp4", 2, 480, 480),
+        photo[None, : photo.shape[0] // 2 * 2, : photo.shape[1] // 2 * 2],
+    ]
+    compared = 0
+    for frames in batches:
+        expected = host.detect(frames)
+        found = device.detect(torch.from_numpy(frames).permute(0, 3, 1, 2))  # as the device path hands them
+        for ours, theirs in zip(found, expected, strict=True):
+            assert len(ours) == len(theirs)
+            for a, b in zip(ours, theirs, strict=True):
+                assert np.abs(a.box - b.box).max() < 0.5 and np.abs(a.landmarks - b.landmarks).max() < 0.5
+                assert abs(a.score - b.score) < 1e-3
+                compared += 1
+    assert device.batches == len(batches)
+    assert compared >= 15, "faces to compare"
+
+
+@pytest.mark.parametrize("family", ["yunet", "scrfd", "yolo_face"])
+def test_the_torch_decoders_decode_as_the_host_decoders_do(family: Detector) -> None:
+    """Every family's batched torch decode + NMS gives the host decoder's detections frame by frame (retinaface
+    shares SCRFD's decoder on both sides), on outputs dense with overlapping candidates."""
+    rng = np.random.default_rng(7)
+    size, batch = 128, 3
+    if family == "yolo_face":
+        anchors = sum((size // s) ** 2 for s in STRIDES)
+        rows = rng.uniform(0.0, 1.0, (batch, 20, anchors)).astype(np.float32)
+        rows[:, :2] *= size
+        rows[:, 2:4] *= 40
+        rows[:, 5:] *= size
+        outputs = {"output0": rows}
+    else:
+        anchors, kinds = (1, ["cls", "obj", "bbox", "kps"]) if family == "yunet" else (2, ["score", "bbox", "kps"])
+        widths = {"cls": 1, "obj": 1, "score": 1, "bbox": 4, "kps": 10}
+        outputs = {
+            f"{kind}_{s}": rng.uniform(0.0, 1.0 if kind != "bbox" or family == "yunet" else 3.0,
+                                       (batch, (size // s) ** 2 * anchors, widths[kind])).astype(np.float32)
+            for s in STRIDES for kind in kinds
+        }  # fmt: skip
+    host_decode = {"yunet": decode_yunet, "scrfd": decode_scrfd, "yolo_face": decode_yolo_face}[family]
+    found = survivors(DECODERS[family]({k: torch.from_numpy(v) for k, v in outputs.items()}, batch, size), 0.5)
+    kept = 0
+    for frame in range(batch):
+        expected = host_decode({k: v[frame : frame + 1] for k, v in outputs.items()}, size, 0.5)
+        ours = found[frame]
+        assert len(ours.scores) == len(expected.scores) > 0
+        np.testing.assert_allclose(ours.scores.numpy(), expected.scores, atol=1e-6)
+        np.testing.assert_allclose(ours.boxes.numpy(), expected.boxes, atol=1e-3)
+        np.testing.assert_allclose(ours.landmarks.numpy(), expected.landmarks, atol=1e-3)
+        kept += len(ours.scores)
+    assert kept > batch
+
+
+def test_a_detector_the_converter_cannot_take_detects_on_the_host_and_the_job_is_told(
+    data_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """No silent fallback: a graph with an operator the converter lacks leaves detection on the host with a
+    degradation (the job's warning, a log line, the metric's count)."""
+    host, _ = _detectors("yunet", "yunet_2023mar.onnx", "yunet_2023_mar.onnx", data_dir, tmp_path)
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("Hardmax", ["input"], ["cls_8"])],
+        "unconvertible",
+        [onnx.helper.make_tensor_value_info("input", onnx.TensorProto.FLOAT, [1, 3, 640, 640])],
+        [onnx.helper.make_tensor_value_info("cls_8", onnx.TensorProto.FLOAT, [1, 3, 640, 640])],
+    )
+    onnx.save(onnx.helper.make_model(graph), tmp_path / "yunet_2023_mar.onnx")  # the file the job resolves
+    settings = cpu_settings(tmp_path, models_dir=tmp_path, allow_model_hash_mismatch=True)
+    options = JobOptions.model_validate({"processors": ["face_blur"]})
+    before = _degradations(DETECTION_FALLBACK)
+    with notices.collecting() as found, caplog.at_level(logging.WARNING):
+        assert device_detector(host, settings, options, "cpu", width=480, height=480) is None
+    assert [n.code for n in found] == [DETECTION_FALLBACK]
+    assert "cannot be converted" in found[0].message and "Hardmax" in found[0].message
+    assert any(f"degraded ({DETECTION_FALLBACK})" in r.getMessage() for r in caplog.records)
+    assert _degradations(DETECTION_FALLBACK) == before + 1
+
+
+def _degradations(code: str) -> float:
+    """``swapfarm_degradations_total{code}`` as the worker's metrics endpoint exports it."""
+    (family,) = notices.DegradationCollector().collect()
+    return sum(s.value for s in family.samples if s.labels == {"code": code} and s.name.endswith("_total"))

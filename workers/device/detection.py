@@ -1,24 +1,40 @@
-"""A face detector's ONNX graph converted to torch (:mod:`workers.engines.onnx_to_torch`) and run on the worker's
-device: the first step of detection on the device. It is an :class:`~workers.engines.base.Engine`, so
-:class:`~workers.faces.detection.FaceDetector` takes it as it takes ONNX Runtime's, with the same pre- and
-post-processing (letterbox, decode, NMS on the host); tests/workers/test_device_detection.py holds its faces to
-ONNX Runtime's. Not yet in the render path: batching frames through it, and the decode and NMS in torch
-(:mod:`workers.device.suppression`), come next.
+"""Face detection on the worker's device.
+
+:class:`ConvertedDetector` is a detector's ONNX graph converted to torch (:mod:`workers.engines.onnx_to_torch`)
+behind the :class:`~workers.engines.base.Engine` protocol, so the host's
+:class:`~workers.faces.detection.FaceDetector` can run it as it runs ONNX Runtime's. :class:`DeviceDetector` is the
+device path's detector: the frames prepared in torch, the converted graph run once per batch, the decode and NMS in
+torch (:mod:`workers.device.decoding`). tests/workers/test_device_detection.py holds both to ONNX Runtime's faces.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+import logging
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 import onnx
 import torch
+import torch.nn.functional as F
 
+from shared.errors import ModelError
+from shared.options import JobOptions
+from shared.settings import Settings
+from shared.strict_blur import ZOOM_UP_TO
+from workers import notices
+from workers.device.decoding import DECODERS, survivors
+from workers.device.threads import calling_thread_on_one
 from workers.engines.base import Tensor
 from workers.engines.onnx_to_torch import convert
+from workers.faces.detection import Face, FaceDetector, Frame
+from workers.models.download import resolve
+from workers.processors.base import FrameBatch
 
-__all__ = ["ConvertedDetector"]
+__all__ = ["DETECTION_FALLBACK", "ConvertedDetector", "DeviceDetector", "device_detector", "host_passes", "on_device"]
+
+logger = logging.getLogger(__name__)
 
 
 class ConvertedDetector:
@@ -53,3 +69,148 @@ class ConvertedDetector:
 
     def warmup(self) -> None:
         self.run({self._inputs[0]: np.zeros(self._shape, np.float32)})
+
+
+class DeviceDetector(FaceDetector):
+    """:class:`~workers.faces.detection.FaceDetector` whose batches run on the device: the frames letterboxed and
+    normalised in torch, the converted model (:class:`ConvertedDetector`) run once per batch, the boxes and
+    landmarks decoded and suppressed in torch (:mod:`workers.device.decoding`); the faces are the same
+    :class:`~workers.faces.detection.Face` objects the host's detector hands the tracker and the targeter.
+
+    :meth:`detect` takes host frames (uint8 ``[N, H, W, 3]`` BGR) or frames on the device (uint8
+    ``[N, 3, H, W]`` BGR). Frames that need tiles (:meth:`tiles`) and the single-frame calls of the strict sweep
+    (:meth:`detect_frame`) take the host's route through ``host``'s engine.
+
+    Args:
+        host: the job's detector (its family, sizes, score and its ONNX Runtime engine).
+        converted: the same model converted to torch, on the worker's device.
+    """
+
+    def __init__(self, host: FaceDetector, converted: ConvertedDetector) -> None:
+        super().__init__(host.engine, host.detector, size=host.view, score=host.score, input_size=host.size)
+        self.converted = converted
+        self.decode = DECODERS[host.detector]
+        normalisation = self.spec.normalisation
+        self._mean = torch.tensor(normalisation.mean, dtype=torch.float32).view(1, 3, 1, 1)
+        self._std = torch.tensor(normalisation.std, dtype=torch.float32).view(1, 3, 1, 1)
+        self._order = [2, 1, 0] if self.spec.colour_order == "rgb" else [0, 1, 2]
+        self.batches = 0  # batches detected on the device (what tells a test the device path detected)
+
+    def tiles(self, width: int, height: int) -> bool:
+        """Whether a ``width``×``height`` frame is detected in tiles (its view exceeds the model's input)."""
+        scale = min(self.view / height, self.view / width, 1.0)
+        return max(1, round(width * scale)) > self.size or max(1, round(height * scale)) > self.size
+
+    def detect(
+        self, frames: FrameBatch | torch.Tensor | Sequence[Frame], score: float | None = None
+    ) -> list[list[Face]]:
+        """The faces of each frame, one list per frame, in order, highest score first."""
+        if isinstance(frames, torch.Tensor):
+            batch = frames
+        else:
+            stacked = np.ascontiguousarray(np.stack(list(frames)) if not isinstance(frames, np.ndarray) else frames)
+            if len(stacked) == 0:
+                return []
+            batch = torch.from_numpy(stacked).to(self.converted.device).permute(0, 3, 1, 2)
+        height, width = batch.shape[2], batch.shape[3]
+        if len(batch) == 0:
+            return []
+        if self.tiles(width, height):
+            host = batch.permute(0, 2, 3, 1).cpu().numpy()
+            return [super(DeviceDetector, self).detect_frame(frame, score) for frame in host]
+        threshold = self.score if score is None else score
+        scale = min(self.view / height, self.view / width, 1.0)
+        with torch.inference_mode():
+            tensor = self._prepare(batch, scale)
+            named = dict(zip(self.converted.output_names, self._run_model(tensor), strict=True))
+            found = survivors(self.decode(named, len(batch), self.size), threshold)
+        self.batches += 1
+        faces = []
+        for boxes, scores, landmarks, _ in found:
+            box_rows = (boxes / scale).cpu().numpy().astype(np.float32)
+            point_rows = (landmarks / scale).cpu().numpy().astype(np.float32)
+            faces.append([
+                Face(box=b, landmarks=p, score=float(s))
+                for b, p, s in zip(box_rows, point_rows, scores.cpu().tolist(), strict=True)
+            ])  # fmt: skip
+        return faces
+
+    def _run_model(self, tensor: torch.Tensor) -> list[torch.Tensor]:
+        """The converted model on the prepared batch. On a GPU in one run; on the CPU one frame at a time, the
+        outputs stacked ``[B, …]``, on one OpenMP thread of the calling thread (the pipeline's detection thread):
+        on the shared 2-core CPU where this was measured, batches of 8 took 1.5–3x as long per frame as single
+        frames, and two intra-op threads 3–10x as long as one, the other stages keeping the cores busy
+        (benchmarks/device_pipeline.py; :mod:`workers.device.threads`)."""
+        if tensor.device.type != "cpu":
+            return list(self.converted.module(tensor))
+        calling_thread_on_one()
+        runs = [self.converted.module(tensor[i : i + 1]) for i in range(len(tensor))]
+        return [torch.cat(parts, dim=0) for parts in zip(*runs, strict=True)]
+
+    def _prepare(self, batch: torch.Tensor, scale: float) -> torch.Tensor:
+        """uint8 ``[N, 3, H, W]`` BGR → the model's ``[N, 3, size, size]`` input: shrunk as OpenCV's bilinear
+        resize does (rounded to whole levels, as its uint8 result is), zero-padded bottom/right, normalised."""
+        height, width = batch.shape[2], batch.shape[3]
+        pixels = batch.float()
+        if scale < 1.0:
+            shape = (max(1, round(height * scale)), max(1, round(width * scale)))
+            pixels = F.interpolate(pixels, size=shape, mode="bilinear", align_corners=False, antialias=False)
+            pixels = pixels.round_().clamp_(0, 255)
+        mean, std = self._mean.to(pixels.device), self._std.to(pixels.device)
+        # The padding is zero pixels, normalised as the host's zero canvas is.
+        canvas = ((0 - mean) / std).expand(len(batch), 3, self.size, self.size).clone()
+        canvas[:, :, : pixels.shape[2], : pixels.shape[3]] = (pixels[:, self._order] - mean) / std
+        return canvas
+
+
+DETECTION_FALLBACK = "device_detection_fallback"
+"""The degradation code of a chunk whose faces are detected on the host, in part or whole, on the device path."""
+
+
+@functools.lru_cache(maxsize=4)
+def _converted(path: str, mtime_ns: int, device: str) -> ConvertedDetector:
+    # Converting a graph takes a second or so: once per model file and device, not once per chunk.
+    return ConvertedDetector(Path(path), device)
+
+
+def on_device(host: FaceDetector, path: Path, device: str) -> DeviceDetector | str:
+    """``host`` (loaded from ``path``) as a :class:`DeviceDetector` on ``device``, or why it cannot be (a sentence
+    for the job's warning: the converter does not take the graph)."""
+    try:
+        converted = _converted(str(path.resolve()), path.stat().st_mtime_ns, device)
+    except (ModelError, ValueError, NotImplementedError, KeyError, OSError) as error:
+        return f"the {host.detector} detector cannot be converted to torch ({error})"
+    return DeviceDetector(host, converted)
+
+
+def host_passes(detector: FaceDetector, width: int, height: int, *, strict: bool) -> str | None:
+    """Which of a ``width``×``height`` chunk's detection passes stay on the host with a :class:`DeviceDetector`,
+    or ``None``: tiles (a view larger than the model's input) and the strict sweep's enlarged pass."""
+    scale = min(detector.view / height, detector.view / width, 1.0)
+    if max(1, round(width * scale)) > detector.size or max(1, round(height * scale)) > detector.size:
+        return f"detection in tiles (detector size {detector.view} over the model's {detector.size})"
+    if strict and max(width, height) <= ZOOM_UP_TO:
+        return f"the strict sweep's enlarged pass (frames up to {ZOOM_UP_TO} px)"
+    return None
+
+
+def device_detector(
+    host: FaceDetector, settings: Settings, options: JobOptions, device: str, *, width: int, height: int
+) -> DeviceDetector | None:
+    """A chunk's detector on ``device`` (``host``, the chain's, converted), or ``None`` where it cannot be converted:
+    then the faces are found on the host, and the job says so (a degradation: event, log line, metric). Passes
+    that stay on the host beside it (:func:`host_passes`, the strict sweep's second detector) are reported too."""
+    found = on_device(host, resolve(host.spec.model, settings), device)
+    if isinstance(found, str):
+        notices.report(DETECTION_FALLBACK, f"faces are detected on the host, not the {device} device: {found}")
+        return None
+    face = options.face
+    strict = "face_blur" in options.processors and face.blur_strict and face.tracking
+    passes = [host_passes(host, width, height, strict=strict)]
+    if strict and face.strict_second_detector not in (None, face.detector):
+        passes.append(f"the strict sweep's second detector ({face.strict_second_detector})")
+    if any(passes):
+        on_host = "; ".join(p for p in passes if p)
+        notices.report(DETECTION_FALLBACK, f"faces are detected on the {device} device but for {on_host} (host)")
+    logger.info("faces detected on the %s device (%s, converted to torch)", device, host.detector)
+    return found

@@ -7,7 +7,9 @@ engine. The stages (:meth:`DevicePath.stages`):
 
 1. take the batch's 4:2:0 planes to the device (:class:`~workers.device.feed.PlaneFeed`; the host stages already
    have its BGR frames, converted there);
-2. the chain's one face detection (:func:`workers.pipeline.detection_stage`), on the host, as on the OpenCV path;
+2. the chain's one face detection on the device (:class:`~workers.device.detection.DeviceDetector`: the batch's
+   frames prepared, the converted detector run, its outputs decoded and suppressed, all in torch; the faces
+   handed to the targeter as on the OpenCV path), or on the host where the detector cannot be converted;
 3. per processor: ``face_blur`` hides the faces in the planes (:func:`~workers.device.blurring.blur_faces_in_planes`);
    a crop-and-paste processor (``face_swapper``, ``face_enhancer``) cuts its crops on the device, runs its model
    stage as on the host path, and pastes the results back on the device, rewriting only the pasted regions'
@@ -27,21 +29,25 @@ import torch
 
 from workers.device.blurring import blur_faces_in_planes
 from workers.device.cropping import gather_crops, paste_crops, paste_region
+from workers.device.detection import DeviceDetector
 from workers.device.feed import DeviceFrames, PlaneFeed
 from workers.device.threads import one_thread
 from workers.faces.alignment import template_points
 from workers.faces.cropping import FaceCrops
 from workers.faces.detection import Face
 from workers.pipeline import detection_stage, face_chain
-from workers.processors.base import Processor, Stage, Work
+from workers.processors.base import Processor, Stage, Staged, Work
 from workers.processors.crop_paste import Aligned, CropPasteProcessor, Transformed
 from workers.processors.face_blur import FaceBlurProcessor
 
 __all__ = ["DevicePath", "plan"]
 
 
-def plan(processors: Sequence[Processor], device: str, *, width: int, height: int) -> DevicePath | str:
-    """The device path of the chain, or why it has none (a sentence for the job's warning)."""
+def plan(
+    processors: Sequence[Processor], device: str, *, width: int, height: int, detector: DeviceDetector | None = None
+) -> DevicePath | str:
+    """The device path of the chain, or why it has none (a sentence for the job's warning); ``detector``: the
+    chain's detector on the device (``None``: the chain's own, on the host)."""
     if width % 2 or height % 2:
         return f"{width}x{height} frames cannot travel as 4:2:0 planes (odd size)"
     for processor in processors:
@@ -53,7 +59,7 @@ def plan(processors: Sequence[Processor], device: str, *, width: int, height: in
                 return "face_blur with blur_style pixelate has no device stage yet"
         elif not isinstance(processor, CropPasteProcessor):
             return f"{name} has no device stage yet"
-    return DevicePath(processors, device)
+    return DevicePath(processors, device, detector)
 
 
 class DevicePath:
@@ -62,11 +68,13 @@ class DevicePath:
     Args:
         processors: the chain (each a ``face_blur``, a crop-and-paste processor, or one that touches no pixels).
         device: ``cpu``, ``cuda`` …
+        detector: the chain's detector on the device, or ``None`` to detect with the chain's own on the host.
     """
 
-    def __init__(self, processors: Sequence[Processor], device: str) -> None:
+    def __init__(self, processors: Sequence[Processor], device: str, detector: DeviceDetector | None = None) -> None:
         self.processors = processors
         self.device = device
+        self.detector = detector
         self.feed = PlaneFeed(device)
 
     def stages(self) -> list[Stage]:
@@ -76,7 +84,7 @@ class DevicePath:
         stages: list[Stage] = [self._upload]
         staged = face_chain(self.processors)
         if staged:
-            stages.append(detection_stage(staged))
+            stages.append(detection_stage(staged) if self.detector is None else _detection(staged, self.detector))
         for processor in self.processors:
             if isinstance(processor, FaceBlurProcessor):
                 stages.append(pixels(_blur_stage(processor)))
@@ -98,6 +106,20 @@ def _as_is(stage: Stage) -> Stage:
 def _frames(work: Work) -> DeviceFrames:
     assert isinstance(work.device, DeviceFrames)
     return work.device
+
+
+def _detection(staged: Sequence[Staged], detector: DeviceDetector) -> Stage:
+    """:func:`workers.pipeline.detection_stage` with the faces found in the batch's frames on the device."""
+    targeter = next((p.targeter for p in staged if p.targeter is not None), None)
+
+    def detect(work: Work) -> Work:
+        if work.faces is not None:  # decided already, by tracks (workers.track_feed), detected on the device too
+            return work
+        work.faces = detector.detect(_frames(work).bgr)
+        work.targets = targeter.select(work.frames, work.faces) if targeter is not None else work.faces
+        return work
+
+    return detect
 
 
 def _download(work: Work) -> Work:

@@ -21,7 +21,7 @@ import torch
 
 from workers.processors.base import Stage, Work
 
-__all__ = ["one_thread"]
+__all__ = ["calling_thread_on_one", "one_thread"]
 
 logger = logging.getLogger(__name__)
 
@@ -35,15 +35,20 @@ def _omp_set_num_threads() -> Callable[[int], None] | None:
         return None
 
 
+def calling_thread_on_one() -> None:
+    """Set the calling thread's own OpenMP thread count to one (where the process has an OpenMP runtime)."""
+    setter = _omp_set_num_threads()
+    if setter is not None:
+        torch.get_num_threads()  # torch's lazy per-thread initialisation first, or it would undo the setting
+        setter(1)
+
+
 def one_thread(stage: Stage) -> Stage:
     """``stage``, run on one OpenMP thread in whichever thread calls it (the setting is that thread's own)."""
 
     @wraps(stage)
     def run(work: Work) -> Work:
-        setter = _omp_set_num_threads()
-        if setter is not None:
-            torch.get_num_threads()  # torch's lazy per-thread initialisation first, or it would undo the setting
-            setter(1)
+        calling_thread_on_one()
         return stage(work)
 
     return run
