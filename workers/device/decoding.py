@@ -9,7 +9,6 @@ runs NMS on them (:func:`workers.device.suppression.suppress`) for every frame a
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
 
@@ -18,7 +17,7 @@ import torch
 from shared.errors import ModelError
 from shared.options import Detector
 from workers.device.suppression import suppress
-from workers.faces.decoding import _KIND_BY_WIDTH, _NAMED_OUTPUT, NMS_THRESHOLD, STRIDES
+from workers.faces.decoding import NMS_THRESHOLD, STRIDES, named_by_stride, place_output
 
 __all__ = ["DECODERS", "Candidates", "survivors"]
 
@@ -44,24 +43,14 @@ def _grid(
         ModelError: an expected output is missing, or two outputs cannot be told apart.
     """
     arranged: dict[tuple[str, int], torch.Tensor] = {}
-    by_name = all(_NAMED_OUTPUT.match(name) for name in outputs)
+    by_name = named_by_stride(outputs)
     for name, tensor in outputs.items():
         if tensor.ndim not in (2, 3):
             raise ModelError(f"detector output {name!r} has shape {tuple(tensor.shape)}; expected [N, k]")
         rows = tensor.reshape(batch, -1, tensor.shape[-1])
-        if by_name:
-            match = _NAMED_OUTPUT.match(name)
-            assert match is not None
-            kind, stride = match["kind"], int(match["stride"])
-            if kind == "cls" and "cls" not in kinds:
-                kind = "score"
-        else:
-            kind_or_none = _KIND_BY_WIDTH.get(rows.shape[2])
-            cells = rows.shape[1] / anchors
-            side = math.isqrt(int(cells))
-            if kind_or_none is None or side * side != cells or side == 0 or size % side:
-                raise ModelError(f"cannot place detector output {name!r} of shape {tuple(tensor.shape)}")
-            kind, stride = kind_or_none, size // side
+        kind, stride = place_output(
+            name, rows.shape[1], rows.shape[2], by_name=by_name, size=size, anchors=anchors, kinds=kinds
+        )
         if (kind, stride) in arranged:
             raise ModelError(f"two detector outputs map to {kind} at stride {stride}; name them")
         arranged[(kind, stride)] = rows

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
 
 import cv2
@@ -48,6 +48,33 @@ def _rows(tensor: Tensor, name: str) -> FloatArray:
     return array
 
 
+def named_by_stride(outputs: Iterable[str]) -> bool:
+    """Whether every output's name says its kind and stride (``score_8``, ``bbox_16`` …)."""
+    return all(_NAMED_OUTPUT.match(name) for name in outputs)
+
+
+def place_output(
+    name: str, rows: int, width: int, *, by_name: bool, size: int, anchors: int, kinds: Sequence[str]
+) -> tuple[str, int]:
+    """The ``(kind, stride)`` of a per-stride detector output of ``rows`` rows of ``width`` values per image: read
+    from its name where every output is named so (``score_8``, ``bbox_16`` …), else from its shape.
+
+    Raises:
+        ModelError: the output's shape fits no kind and stride.
+    """
+    if by_name:
+        match = _NAMED_OUTPUT.match(name)
+        assert match is not None
+        kind, stride = match["kind"], int(match["stride"])
+        return ("score" if kind == "cls" and "cls" not in kinds else kind), stride
+    kind_or_none = _KIND_BY_WIDTH.get(width)
+    cells = rows / anchors
+    side = math.isqrt(int(cells))
+    if kind_or_none is None or side * side != cells or side == 0 or size % side:
+        raise ModelError(f"cannot place detector output {name!r} of {rows} rows of {width}")
+    return kind_or_none, size // side
+
+
 def _grid_outputs(
     outputs: Mapping[str, Tensor], size: int, anchors: int, kinds: Sequence[str]
 ) -> dict[tuple[str, int], FloatArray]:
@@ -57,22 +84,12 @@ def _grid_outputs(
         ModelError: an expected output is missing, or two outputs cannot be told apart.
     """
     arranged: dict[tuple[str, int], FloatArray] = {}
-    by_name = all(_NAMED_OUTPUT.match(name) for name in outputs)
+    by_name = named_by_stride(outputs)
     for name, tensor in outputs.items():
         rows = _rows(tensor, name)
-        if by_name:
-            match = _NAMED_OUTPUT.match(name)
-            assert match is not None
-            kind, stride = match["kind"], int(match["stride"])
-            if kind == "cls" and "cls" not in kinds:
-                kind = "score"
-        else:
-            kind_or_none = _KIND_BY_WIDTH.get(rows.shape[1])
-            cells = rows.shape[0] / anchors
-            side = math.isqrt(int(cells))
-            if kind_or_none is None or side * side != cells or side == 0 or size % side:
-                raise ModelError(f"cannot place detector output {name!r} of shape {rows.shape}")
-            kind, stride = kind_or_none, size // side
+        kind, stride = place_output(
+            name, rows.shape[0], rows.shape[1], by_name=by_name, size=size, anchors=anchors, kinds=kinds
+        )
         key = (kind, stride)
         if key in arranged:
             raise ModelError(f"two detector outputs map to {kind} at stride {stride}; name them")
