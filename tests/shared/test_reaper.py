@@ -18,12 +18,12 @@ from shared.broker import broker_contents, make_celery
 from shared.db import session_scope
 from shared.dispatch import CeleryDispatcher
 from shared.errors import ProcessorError
-from shared.models import Chunk, Job, JobEvent, new_id, utcnow
-from shared.options import JobOptions
+from shared.models import Chunk, Job, JobEvent, utcnow
 from shared.progress import progress_of
 from shared.settings import Settings
 from shared.states import JobStatus
 from shared.tasks import CONTROL_QUEUE, PLAN, RENDER_CHUNK, STITCH, ChunkPayload, JobPayload, render_queue
+from tests.support.rows import new_job, planned_job
 
 LONG_AGO = timedelta(seconds=60)
 
@@ -37,20 +37,7 @@ def celery(settings: Settings) -> Iterator[Celery]:
 
 def _job(url: str, chunks: int = 0) -> tuple[str, list[str]]:
     """A job queued long ago; with ``chunks``, planned into that many chunks queued long ago."""
-    job_id = new_id()
-    with session_scope(url) as s:
-        jobs.create_job(
-            s, job_id=job_id, options=JobOptions(processors=["passthrough"]), target_url="file:///t.mp4",
-            source_urls=[], target_name="t.mp4",
-        )  # fmt: skip
-    ids: list[str] = []
-    if chunks:
-        with session_scope(url) as s:
-            token = jobs.begin_plan(s, job_id, 60)
-            assert token is not None
-        with session_scope(url) as s:
-            plans = [jobs.ChunkPlan(i, i * 10, i * 10 + 10, i / 3) for i in range(chunks)]
-            ids = jobs.record_plan(s, job_id, token, plans, {}, "cpu")
+    job_id, ids = planned_job(url, chunks, family="cpu") if chunks else (new_job(url), [])
     with session_scope(url) as s:
         s.execute(update(Job).where(Job.id == job_id).values(enqueued_at=utcnow() - LONG_AGO))
         s.execute(update(Chunk).where(Chunk.job_id == job_id).values(enqueued_at=utcnow() - LONG_AGO))

@@ -16,12 +16,12 @@ from shared import jobs
 from shared.broker import broker_contents, make_celery
 from shared.db import session_scope
 from shared.dispatch import CeleryDispatcher
-from shared.models import Chunk, Job, JobEvent, new_id, utcnow
-from shared.options import JobOptions
+from shared.models import Chunk, Job, JobEvent, utcnow
 from shared.progress import progress_of
 from shared.settings import Settings
 from shared.storage import Storage
 from shared.tasks import RENDER_CHUNK
+from tests.support.rows import planned_job
 from tests.support.servers import RedisServer
 from workers.reaping import Reaper
 from workers.runtime import Runtime
@@ -62,18 +62,8 @@ def sweeper(settings: Settings, celery: Celery) -> Reaper:
 
 
 def _planned(url: str, chunks: int) -> tuple[str, list[str]]:
-    job_id = new_id()
+    job_id, ids = planned_job(url, chunks, family="cpu")
     with session_scope(url) as s:
-        jobs.create_job(
-            s, job_id=job_id, options=JobOptions(processors=["passthrough"]), target_url="file:///t.mp4",
-            source_urls=[], target_name="t.mp4",
-        )  # fmt: skip
-    with session_scope(url) as s:
-        token = jobs.begin_plan(s, job_id, 60)
-        assert token is not None
-    with session_scope(url) as s:
-        plans = [jobs.ChunkPlan(i, i * 10, i * 10 + 10, i / 3) for i in range(chunks)]
-        ids = jobs.record_plan(s, job_id, token, plans, {}, "cpu")
         s.execute(update(Chunk).where(Chunk.job_id == job_id).values(enqueued_at=utcnow() - LONG_AGO))
     return job_id, ids
 
