@@ -147,8 +147,9 @@ def test_a_detector_the_converter_cannot_take_detects_on_the_host_and_the_job_is
     before = _degradations(DETECTION_FALLBACK)
     with notices.collecting() as found, caplog.at_level(logging.WARNING):
         assert device_detector(host, settings, options, "cpu", width=480, height=480) is None
-    assert [n.code for n in found] == [DETECTION_FALLBACK]
-    assert "cannot be converted" in found[0].message and "Hardmax" in found[0].message
+    told = [n for n in found if n.code == DETECTION_FALLBACK]  # beside any provider fallback of the host's engine
+    assert len(told) == 1
+    assert "cannot be converted" in told[0].message and "Hardmax" in told[0].message
     assert any(f"degraded ({DETECTION_FALLBACK})" in r.getMessage() for r in caplog.records)
     assert _degradations(DETECTION_FALLBACK) == before + 1
 
