@@ -90,20 +90,20 @@ def test_a_job_on_s3_storage_completes_with_api_and_workers_sharing_no_folder(
             farm.worker(name)
         job_id = submit(api, clip_short, {**LOSSLESS, "chunk_frames": 30})
         body = wait_finished(api, job_id, farms[0])
+        assert body["status"] == "succeeded", body
+        # The stitcher deletes the chunks after it has committed the job's success: wait for that, not for a guess,
+        # and with the workers still running (stopped first, the stitcher could not finish deleting).
+        wait_for(
+            lambda: not [k for k in _keys(settings) if k.startswith(f"jobs/{job_id}/chunks/")],
+            timeout=30,
+            what="the stitcher to delete the intermediates",
+        )
     finally:
         for farm in farms:
             farm.stop()
-    assert body["status"] == "succeeded", body
 
     output = download(api, job_id, tmp_path / "out.mp4")
     assert_frames_match(read_frames(output), read_frames(clip_short))
-
-    # The stitcher deletes the chunks after it has committed the job's success: wait for that, not for a guess.
-    wait_for(
-        lambda: not [k for k in _keys(settings) if k.startswith(f"jobs/{job_id}/chunks/")],
-        timeout=30,
-        what="the stitcher to delete the intermediates",
-    )
     keys = _keys(settings)
     assert f"jobs/{job_id}/output.mp4" in keys
     assert any(k.startswith(f"jobs/{job_id}/input/target") for k in keys)
