@@ -34,7 +34,6 @@ from workers.device.feed import DeviceFrames, PlaneFeed
 from workers.device.threads import one_thread
 from workers.faces.alignment import template_points
 from workers.faces.cropping import FaceCrops
-from workers.faces.detection import Face
 from workers.pipeline import detection_stage, face_chain
 from workers.processors.base import Processor, Stage, Staged, Work
 from workers.processors.crop_paste import Aligned, CropPasteProcessor, Transformed
@@ -149,12 +148,7 @@ def _crop_paste_stages(processor: CropPasteProcessor) -> tuple[Stage, Stage, Sta
     template = torch.from_numpy(template_points(processor.template, size))
 
     def align(work: Work) -> Work:
-        assert work.targets is not None
-        targets: Sequence[Sequence[Face]] = work.targets
-        points = None
-        if processor.landmarker is not None:
-            found = processor.landmarker.landmarks(work.frames, targets)
-            targets, points = found.faces, found.points
+        targets, points = processor.refine(work)
         flat = [(index, face) for index, faces in enumerate(targets) for face in faces]
         if not flat:
             empty = FaceCrops(np.zeros((0, size, size, 3), np.uint8), np.zeros((0, 2, 3)), np.zeros(0, np.int64))
@@ -168,12 +162,7 @@ def _crop_paste_stages(processor: CropPasteProcessor) -> tuple[Stage, Stage, Sta
             transforms.numpy(),
             frame_of.numpy().astype(np.int64),
         )
-        lifted = None
-        if points is not None:
-            lifted = np.stack([
-                p.astype(np.float64) @ m[:, :2].T + m[:, 2] for p, m in zip(points, faces.transforms, strict=True)
-            ]).astype(np.float32)  # fmt: skip
-        work.state = Aligned(faces, lifted, processor.face_state(work.frames, targets))
+        work.state = processor.aligned(work, faces, targets, points)
         return work
 
     def paste(work: Work) -> Work:

@@ -135,20 +135,36 @@ class CropPasteProcessor:
         return self._align, self._transform, self._paste
 
     def _align(self, work: Work) -> Work:
-        assert work.targets is not None
-        targets: Sequence[Sequence[Face]] = work.targets
-        landmarks = None
-        if self.landmarker is not None:
-            found = self.landmarker.landmarks(work.frames, targets)
-            targets, points = found.faces, found.points
+        targets, points = self.refine(work)
         faces = gather_crops(work.frames, targets, self._model.template, self.crop_size)
-        if self.landmarker is not None and len(faces):
+        work.state = self.aligned(work, faces, targets, points)
+        return work
+
+    def refine(self, work: Work) -> tuple[Sequence[Sequence[Face]], list[npt.NDArray[np.float32]] | None]:
+        """The batch's targets, aligned by their 68-point landmarks where the landmarker trusts them, and those 68
+        points per face (in frame pixels; ``None`` without a landmarker)."""
+        assert work.targets is not None
+        if self.landmarker is None:
+            return work.targets, None
+        found = self.landmarker.landmarks(work.frames, work.targets)
+        return found.faces, found.points
+
+    def aligned(
+        self,
+        work: Work,
+        faces: FaceCrops,
+        targets: Sequence[Sequence[Face]],
+        points: Sequence[npt.NDArray[np.float32]] | None,
+    ) -> Aligned:
+        """The transform stage's input: ``faces`` (cropped from ``targets``), their 68 points in crop pixels and
+        the processor's per-face state."""
+        landmarks = None
+        if points is not None and len(faces):
             landmarks = np.stack(
                 [p.astype(np.float64) @ m[:, :2].T + m[:, 2] for p, m in zip(points, faces.transforms, strict=True)]
             ).astype(np.float32)
         state = self.face_state(work.frames, targets) if len(faces) else None
-        work.state = Aligned(faces, landmarks, state)
-        return work
+        return Aligned(faces, landmarks, state)
 
     def _transform(self, work: Work) -> Work:
         aligned = work.state
