@@ -129,6 +129,8 @@ class ChunkPlan:
     frame_start: int
     frame_end: int  # exclusive
     seek_seconds: float
+    lead_frames: int = 0  # frames decoded before frame_start (a look-behind), from lead_seek_seconds
+    lead_seek_seconds: float | None = None
 
 
 def record_plan(
@@ -155,6 +157,8 @@ def record_plan(
             frame_start=c.frame_start,
             frame_end=c.frame_end,
             seek_seconds=c.seek_seconds,
+            lead_frames=c.lead_frames,
+            lead_seek_seconds=c.lead_seek_seconds,
             status=ChunkStatus.QUEUED,
             enqueued_at=now,
         )
@@ -188,6 +192,8 @@ class ChunkClaim:
     seek_seconds: float
     attempt: int
     worker: str = ""
+    lead_frames: int = 0  # see ChunkPlan
+    lead_seek_seconds: float | None = None
 
 
 def claim_chunk(
@@ -204,14 +210,14 @@ def claim_chunk(
             "attempts": Chunk.attempts + 1, "worker": worker, "family": family, "started_at": now, "frames_done": 0,
         },
         note=Note(EventKind.CHUNK_STARTED, row_attempt=True),
-        returning=(Chunk.frame_start, Chunk.frame_end, Chunk.seek_seconds),
+        returning=(Chunk.frame_start, Chunk.frame_end, Chunk.seek_seconds, Chunk.lead_frames, Chunk.lead_seek_seconds),
     )  # fmt: skip
     if not moved:
         return None
     row = moved[0]
-    start, end, seek = row.extra
+    start, end, seek, lead, lead_seek = row.extra
     assert row.index is not None
-    return ChunkClaim(chunk_id, row.job_id, token, row.index, start, end, seek, row.attempts, worker)
+    return ChunkClaim(chunk_id, row.job_id, token, row.index, start, end, seek, row.attempts, worker, lead, lead_seek)
 
 
 def heartbeat(session: Session, claim: ChunkClaim, frames_done: int, lease_seconds: float) -> bool:

@@ -149,6 +149,10 @@ class Chunk(Base):
     frame_start: Mapped[int] = mapped_column(Integer)
     frame_end: Mapped[int] = mapped_column(Integer)  # exclusive
     seek_seconds: Mapped[float] = mapped_column(Float)
+    # A tracked job's chunk decodes ``lead_frames`` frames before its first one (its tracks' look-behind), in the
+    # same decoder, from ``lead_seek_seconds``: seek positions from the planner's frame index, exact on any video
+    lead_frames: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    lead_seek_seconds: Mapped[float | None] = mapped_column(Float, default=None)
 
     status: Mapped[str] = mapped_column(String(16), default=ChunkStatus.QUEUED, index=True)
     attempts: Mapped[int] = mapped_column(Integer, default=0)

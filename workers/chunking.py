@@ -43,9 +43,13 @@ def plan_chunks(
     start_time: float = 0.0,
     keyframes: Sequence[int] = (),
     frames: range | None = None,
+    lead: int = 0,
 ) -> list[ChunkPlan]:
     """Chunks of ``chunk_frames`` frames over frames at presentation ``times`` (seconds, sorted): over all of
     them, or over the indices in ``frames`` (a trimmed job's range; a step of 1) only.
+
+    With ``lead``, each chunk also says where to start decoding to read up to ``lead`` frames before its first
+    one (a tracked job's look-behind, frames of the video before a trimmed range included), in the same decoder.
 
     With ``keyframes`` (display indices), each cut moves to the keyframe nearest to it within half a chunk, so
     a chunk starts where decoding can start and decodes no frame of the chunk before it (measured: per-chunk
@@ -74,12 +78,18 @@ def plan_chunks(
     if len(bounds) > 1 and total - bounds[-1] < max(1, chunk_frames // 4):
         bounds.pop()
     bounds = [first + b for b in bounds] + [span.stop]
+
+    def seek(frame: int) -> float:
+        return 0.0 if frame == 0 else max(0.0, times[frame] - start_time - margin)
+
     return [
         ChunkPlan(
             index=i,
             frame_start=a,
             frame_end=b,
-            seek_seconds=0.0 if a == 0 else max(0.0, times[a] - start_time - margin),
+            seek_seconds=seek(a),
+            lead_frames=min(lead, a),
+            lead_seek_seconds=seek(a - min(lead, a)) if lead and a else None,
         )
         for i, (a, b) in enumerate(zip(bounds, bounds[1:], strict=False))
     ]

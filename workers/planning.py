@@ -107,15 +107,15 @@ def _plan(
             )
         return plan_chunks(times, len(frames), media.start_time, frames=frames), media, len(frames)
     size = bounded_chunk_frames(len(frames), wanted, settings.min_chunk_frames, settings.max_chunks_per_job)
-    # A tracked job's chunk also decodes a look-behind. Cut at a keyframe, that look-behind would decode the whole
-    # group of pictures before it for a few frames; cut that many frames after the keyframe, the look-behind starts
-    # at the keyframe and the chunk's own decoding passes through it.
+    # A tracked job's chunk also decodes a look-behind, in the same decoder as its own frames (``lead``). Cut at a
+    # keyframe, that decoder would start in the group of pictures before it and decode all of it for a few frames;
+    # cut that many frames after the keyframe, it starts at the keyframe.
     lead = lookbehind_frames(options)
     cuts = () if exact else [k + lead for k in keyframes if k > 0]
-    chunks = plan_chunks(times, size, media.start_time, cuts, frames)
+    chunks = plan_chunks(times, size, media.start_time, cuts, frames, lead)
     while len(chunks) > settings.max_chunks_per_job:  # cuts moved to keyframes can shorten chunks: widen again
         size *= 2
-        chunks = plan_chunks(times, size, media.start_time, cuts, frames)
+        chunks = plan_chunks(times, size, media.start_time, cuts, frames, lead)
     if exact and size != wanted:
         notices.report(
             "chunks_widened",

@@ -39,7 +39,7 @@ from workers.processors.base import Report, Tallied
 from workers.runtime import Runtime
 from workers.track_feed import TrackFeed, reads_landmarks
 from workers.video import codecs
-from workers.video.pipes import FrameReader, FrameWriter
+from workers.video.pipes import FrameReader, FrameWriter, split_frames
 from workers.video.transcode import Span, transcode
 
 if TYPE_CHECKING:
@@ -231,12 +231,18 @@ def _process(
         scale=(width, height) != (media.width, media.height),
         planes=path is not None,
     )
-    reader = read(seek_seconds=claim.seek_seconds, frames=frames, extra=ahead)
-    # The look-behind: the frames before the chunk, as context for its tracks. Seeking by the nominal frame rate
-    # lands exactly on constant-rate video; on variable-rate video it may land a frame or so off, which shifts
-    # only what the tracks see before the chunk, never the frames it outputs.
-    behind_seconds = max(0.0, claim.seek_seconds - behind / media.fps_value) if claim.frame_start > behind else 0.0
-    lookbehind = read(seek_seconds=behind_seconds, frames=behind, optional=True)
+    lookbehind: FrameReader | None = None
+    if behind and claim.lead_frames == behind and claim.lead_seek_seconds is not None:
+        # One decoder for the look-behind (the frames before the chunk, context for its tracks), the chunk's frames
+        # and the look-ahead, from the planner's seek to the look-behind's first frame (from its frame index).
+        reader = read(seek_seconds=claim.lead_seek_seconds, frames=behind + frames, extra=ahead)
+    else:
+        reader = read(seek_seconds=claim.seek_seconds, frames=frames, extra=ahead)
+        if behind:  # a chunk planned without its lead: the look-behind's own decoder. Seeking by the nominal
+            # frame rate lands exactly on constant-rate video; on variable-rate video it may land a frame or so off,
+            # which shifts only what the tracks see before the chunk, never the frames it outputs.
+            seconds = max(0.0, claim.seek_seconds - behind / media.fps_value) if claim.frame_start > behind else 0.0
+            lookbehind = read(seek_seconds=seconds, frames=behind, optional=True)
     writer = FrameWriter(  # at the output size: the frame enhancer, if any, upscaled the frames to it
         encoded, width=sizes.output[0], height=sizes.output[1], fps=media.fps, options=options.encoder,
         stall_seconds=rt.settings.chunk_stall_seconds, planes=path is not None,
@@ -250,11 +256,15 @@ def _process(
             raise LeaseLostError(f"chunk {claim.chunk_id}: lease lost or job cancelled")
 
     try:
-        with lookbehind, reader:
+        with ExitStack() as decoders:
+            for decoder in (reader, lookbehind):
+                if decoder is not None:
+                    decoders.enter_context(decoder)
+            behind_frames, own = split_frames(reader, behind) if lookbehind is None else (lookbehind, reader)
             chunk, before = (
-                (reader, lookbehind)
+                (own, behind_frames)
                 if path is None
-                else (path.feed.frames(reader), path.feed.frames(lookbehind, keep=False))
+                else (path.feed.frames(own), path.feed.frames(behind_frames, keep=False))
             )
             work = feed.work(before if behind else (), chunk, frames) if feed is not None else chunk
             run_stages(work, stages_of(processors) if path is None else path.stages(), sink)

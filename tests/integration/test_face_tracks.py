@@ -212,5 +212,11 @@ def test_a_tracked_job_cuts_its_chunks_a_look_behind_after_each_keyframe(
         out = _blur(clip, tmp_path / f"{name}.mp4", settings, state, face=face)
         assert len(out) == 50
         with session_scope(f"sqlite:///{state / 'swapfarm.db'}") as session:
-            starts[name] = list(session.scalars(select(Chunk.frame_start).order_by(Chunk.index)))
-    assert starts == {"tracked": [0, 30], "untracked": [0, 25]}, starts
+            rows = session.execute(
+                select(Chunk.frame_start, Chunk.lead_frames, Chunk.lead_seek_seconds).order_by(Chunk.index)
+            )
+            starts[name] = [tuple(row) for row in rows]
+    # the tracked chunk's one decoder starts at the keyframe (frame 25, half a frame early): its look-behind
+    assert starts["untracked"] == [(0, 0, None), (25, 0, None)], starts
+    assert starts["tracked"][0] == (0, 0, None) and starts["tracked"][1][:2] == (30, 5), starts
+    assert starts["tracked"][1][2] == pytest.approx(0.98), starts

@@ -67,3 +67,25 @@ def test_pixel_free_jobs_get_long_chunks_and_face_jobs_the_face_length() -> None
     assert chunk_seconds_for(["passthrough", "face_blur"], settings) == 10
     context = ProcessorContext(options=JobOptions(processors=["passthrough"]), sources=[], settings=settings)
     assert all(build(name, context).touches_pixels is False for name in PIXEL_FREE)
+
+
+def test_a_tracked_chunk_starts_decoding_exactly_at_its_look_behind() -> None:
+    # variable frame intervals: each chunk's lead seek falls strictly between the frame before its look-behind
+    # and the look-behind's first frame, so one decoder reads the look-behind, then the chunk's own frames
+    times = [0.0, 0.04, 0.1, 0.12, 0.2, 0.26, 0.3, 0.31, 0.4, 0.45, 0.5, 0.58]
+    chunks = plan_chunks(times, 4, start_time=0.0, lead=3)
+    assert [(c.frame_start, c.lead_frames) for c in chunks] == [(0, 0), (4, 3), (8, 3)]
+    assert chunks[0].lead_seek_seconds is None, "nothing before the first frame"
+    for chunk in chunks[1:]:
+        first = chunk.frame_start - chunk.lead_frames
+        assert chunk.lead_seek_seconds is not None
+        assert times[first - 1] < chunk.lead_seek_seconds < times[first]
+
+
+def test_a_look_behind_reaches_before_a_trimmed_range_but_not_before_the_video() -> None:
+    times = [i / 25 for i in range(100)]
+    chunks = plan_chunks(times, 20, frames=range(2, 60), lead=5)
+    assert [(c.frame_start, c.lead_frames) for c in chunks] == [(2, 2), (22, 5), (42, 5)]
+    assert chunks[0].lead_seek_seconds == 0.0
+    assert chunks[1].lead_seek_seconds == pytest.approx(17 / 25 - 0.02)
+    assert all(c.lead_frames == 0 and c.lead_seek_seconds is None for c in plan_chunks(times, 20))

@@ -13,7 +13,7 @@ from shared.options import EncoderOptions, VideoEncoder, choices
 from tests.support.hostile import corrupt_h264, stderr_bytes_of_decoding
 from tests.support.media import make_clip, psnr, read_frames
 from workers.video.encoders import CANDIDATE_ENCODERS, SOFTWARE_FALLBACK
-from workers.video.pipes import FrameReader, FrameWriter
+from workers.video.pipes import FrameReader, FrameWriter, split_frames
 
 SOFTWARE_ENCODERS = [e for e in choices(VideoEncoder) if e not in SOFTWARE_FALLBACK and e not in CANDIDATE_ENCODERS]
 
@@ -112,3 +112,14 @@ def test_a_decoder_flooding_its_stderr_still_delivers_every_frame(tmp_path: Path
     assert stderr_bytes_of_decoding(clip) > 256 * 1024, "the test needs a decoder that floods its stderr"
     with FrameReader(clip, seek_seconds=0, frames=120, width=1280, height=720, batch_size=8, stall_seconds=60) as r:
         assert sum(len(batch) for batch in r) == 120
+
+
+def test_one_decoders_frames_split_into_a_look_behind_and_the_rest() -> None:
+    batches = [np.arange(i, i + 3) for i in range(0, 9, 3)]  # frames 0..8 in batches of three
+    head, tail = split_frames(batches, 4)
+    assert [b.tolist() for b in head] == [[0, 1, 2], [3]]
+    assert [b.tolist() for b in tail] == [[4, 5], [6, 7, 8]]
+    head, tail = split_frames(batches, 4)
+    assert [b.tolist() for b in tail] == [[4, 5], [6, 7, 8]], "a look-behind left unread is skipped, never output"
+    head, tail = split_frames(batches, 0)
+    assert list(head) == [] and [b.tolist() for b in tail] == [[0, 1, 2], [3, 4, 5], [6, 7, 8]]

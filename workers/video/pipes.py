@@ -9,7 +9,7 @@ from __future__ import annotations
 import queue
 import subprocess
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import IO
@@ -49,6 +49,40 @@ def _to_yuv420p(frames: FrameBatch) -> FrameBatch:
     for i, frame in enumerate(frames):
         cv2.cvtColor(frame, cv2.COLOR_BGR2YUV_I420, dst=out[i])
     return out
+
+
+def split_frames(batches: Iterable[FrameBatch], count: int) -> tuple[Iterator[FrameBatch], Iterator[FrameBatch]]:
+    """``batches`` as two iterators over the same frames: the first ``count`` frames, then the rest (a chunk's
+    look-behind, then its own frames, out of one decoder). Read the first before the second; the second skips
+    whatever of the first was left unread.
+
+    >>> head, tail = split_frames([np.arange(3), np.arange(3, 6)], 4)
+    >>> [b.tolist() for b in head], [b.tolist() for b in tail]
+    ([[0, 1, 2], [3]], [[4, 5]])
+    """
+    source = iter(batches)
+    carried: list[FrameBatch] = []
+
+    def first() -> Iterator[FrameBatch]:
+        left = count
+        for batch in source if left else ():
+            if len(batch) > left:
+                carried.append(batch[left:])
+                batch = batch[:left]
+            left -= len(batch)
+            yield batch
+            if not left:
+                return
+
+    head = first()
+
+    def rest() -> Iterator[FrameBatch]:
+        for _ in head:  # what the look-behind's reader left
+            pass
+        yield from carried
+        yield from source
+
+    return head, rest()
 
 
 class FrameReader:
