@@ -72,6 +72,25 @@ def test_swapfarm_run_upscales_d18_to_960_with_the_same_frames_and_audio(
         assert psnr(out[i], expected[i]) >= 45, i  # measured 53-54 dB (x264 at quality 95)
 
 
+def test_the_frame_enhancers_frames_are_the_ones_the_stitcher_re_times_to_output_fps(
+    upscale_settings: Settings, data_dir: Path, tmp_path: Path
+) -> None:
+    """``output_fps`` with the enhancer: the stitcher's re-encode takes the upscaled size, and each frame it keeps
+    is an input frame upscaled, in order."""
+    clip = data_dir / "media" / "d18.mp4"  # 30 fps: 24 frames are 0.8 s, 12 frames at 15 fps
+    options = JobOptions.model_validate({**UPSCALE, "output_fps": 15})
+    result = run_local(
+        target=clip, sources=[], output=tmp_path / "out.mp4", options=options, workers=2, settings=upscale_settings
+    )
+    assert result.status == "succeeded", result
+    out, expected = read_frames(tmp_path / "out.mp4"), _upscaled_input(clip)
+    assert out.shape == (12, 960, 960, 3)
+    assert "audio" in stream_info(tmp_path / "out.mp4")
+    sources = [max(range(FRAMES), key=lambda i, frame=frame: psnr(frame, expected[i])) for frame in out]
+    assert all(psnr(frame, expected[i]) >= 40 for frame, i in zip(out, sources, strict=True)), sources
+    assert sources == sorted(sources) and len(set(sources)) == 12, sources
+
+
 def test_a_face_job_then_the_frame_enhancer_runs_through_the_farm(
     upscale_settings: Settings, api: TestClient, data_dir: Path, tmp_path: Path
 ) -> None:
