@@ -17,7 +17,7 @@ from shared.lifecycle import Note, Outcome, admit, end_job, lock_owner, transiti
 from shared.models import Chunk, Job, utcnow
 from shared.states import FINISHED_JOB_STATES, ChunkStatus, JobStatus
 
-__all__ = ["Outcome", "cancel_job", "expire_due", "mark_expired", "retry_job"]
+__all__ = ["Outcome", "cancel_job", "expire_due", "forget_chunks", "leftover_chunks", "mark_expired", "retry_job"]
 
 
 def cancel_job(session: Session, job_id: str, default_limit: int) -> Outcome:
@@ -89,3 +89,23 @@ def mark_expired(session: Session, job_id: str, ttl_seconds: float) -> bool:
         return False
     record(session, job_id, EventKind.EXPIRED, message=f"files deleted after {ttl_seconds:.0f}s")
     return True
+
+
+def leftover_chunks(session: Session, *, grace_seconds: float, limit: int = 100) -> list[str]:
+    """Succeeded jobs, finished more than ``grace_seconds`` ago and not expired, whose chunk files are still
+    recorded: their stitcher stopped between publishing the output and deleting the chunks. The caller deletes the
+    job's chunk files, then calls :func:`forget_chunks` (a deletion that fails leaves the job listed)."""
+    cutoff = utcnow() - timedelta(seconds=grace_seconds)
+    kept = select(Chunk.id).where(Chunk.job_id == Job.id, Chunk.output_url.is_not(None)).exists()
+    due = session.scalars(
+        select(Job.id)
+        .where(Job.status == JobStatus.SUCCEEDED, Job.finished_at < cutoff, Job.expired_at.is_(None), kept)
+        .order_by(Job.finished_at)
+        .limit(limit)
+    ).all()
+    return list(due)
+
+
+def forget_chunks(session: Session, job_id: str) -> None:
+    """Record that a succeeded job's chunk files are deleted (the stitch that published its output is done)."""
+    session.execute(update(Chunk).where(Chunk.job_id == job_id).values(output_url=None))

@@ -35,6 +35,7 @@ from shared.reaper import ReapResult
 from shared.tasks import DELIVER_WEBHOOKS, PLAN, RENDER_CHUNK, STITCH, TASKS, message
 from workers import notices
 from workers.runtime import Runtime
+from workers.stitching import delete_chunks
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -77,6 +78,7 @@ class Reaper:
         except Exception as exc:  # the broker is away: the admitted jobs are queued in Postgres, re-sent later
             logger.warning("could not send %d admitted jobs (%s); re-sent once the broker answers", len(admitted), exc)
         _expire(self.rt)
+        _leftover_chunks(self.rt)
         return result
 
     def _reconcile(self) -> ReapResult:
@@ -240,3 +242,17 @@ def _expire(rt: Runtime) -> None:
             continue
         with session_scope(rt.db) as session:
             control.mark_expired(session, job_id, ttl)
+
+
+def _leftover_chunks(rt: Runtime) -> None:
+    """Delete the chunk files of succeeded jobs whose stitcher stopped (killed, its machine gone) after publishing
+    the output and before deleting them; a lease's length after the job succeeded, so a live stitcher's own
+    deletion comes first. A deletion that fails is logged and tried again at the next tick."""
+    with session_scope(rt.db) as session:
+        due = control.leftover_chunks(session, grace_seconds=rt.settings.lease_seconds)
+    for job_id in due:
+        logger.info("job %s: deleting the chunk files its stitch left", job_id)
+        try:
+            delete_chunks(rt, job_id)
+        except Exception:
+            logger.warning("job %s: could not delete its chunk files", job_id, exc_info=True)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
-from shared import jobs, quotas, tallies
+from shared import control, jobs, quotas, tallies
 from shared.db import session_scope
 from shared.dispatch import send_all
 from shared.errors import LeaseLostError, StitchMismatchError, SwapfarmError
@@ -98,7 +98,7 @@ def stitch(job_id: str, rt: Runtime) -> None:
         send_all(rt.dispatcher, failed.messages)
         return
     rt.metrics.stitch_seconds.observe(time.monotonic() - started)
-    rt.storage.delete(rt.storage.job_url(job_id, "chunks"), recursive=True)
+    delete_chunks(rt, job_id)  # stopped before it is done, the reaper does it (workers.reaping)
     logger.info("job %s: succeeded, %s", job_id, output_url)
     send_all(rt.dispatcher, finished.messages)
 
@@ -114,6 +114,13 @@ class _Stitched:
 
     def expected(self, frames_total: int) -> int:
         return frames_total if self.resampled is None else self.resampled
+
+
+def delete_chunks(rt: Runtime, job_id: str) -> None:
+    """Delete a succeeded job's chunk files, then forget them (:func:`shared.control.leftover_chunks`)."""
+    rt.storage.delete(rt.storage.job_url(job_id, "chunks"), recursive=True)
+    with session_scope(rt.db) as session:
+        control.forget_chunks(session, job_id)
 
 
 def _stitch(

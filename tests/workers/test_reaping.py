@@ -113,3 +113,42 @@ def test_a_broker_away_then_back_empty_gets_every_queued_chunk_again_and_each_jo
     assert _held_chunks(celery, ids) == set(ids)
     assert _kinds(url, job_id)[-1] == "resent"
     assert not sweeper.broker_down
+
+
+def _succeeded_without_deleting_its_chunks(settings: Settings, storage: Storage, finished_ago: timedelta) -> str:
+    """A job rendered and stitched through the row changes a worker makes, with the files a stitcher killed right
+    after publishing its output leaves: the output, and the chunk files it did not get to delete."""
+    url = settings.database_url
+    job_id, ids = planned_job(url, 2, family="cpu")
+    for index, chunk_id in enumerate(ids):
+        with session_scope(url) as s:
+            claim = jobs.claim_chunk(s, chunk_id, worker="w1@test", family="cpu", lease_seconds=60)
+            assert claim is not None
+            chunk_url = storage.job_url(job_id, "chunks", f"{index:05d}.mp4")
+            with storage.open_write(chunk_url) as file:
+                file.write(b"chunk")
+            jobs.finish_chunk(s, claim, chunk_url, 1.0)
+    with session_scope(url) as s:
+        token = jobs.begin_stitch(s, job_id, 60, worker="s1@test")
+        assert token is not None
+        with storage.open_write(storage.job_url(job_id, "output.mp4")) as file:
+            file.write(b"output")
+        assert jobs.finish_job(s, job_id, token, storage.job_url(job_id, "output.mp4"), default_limit=10).changed
+        s.execute(update(Job).where(Job.id == job_id).values(finished_at=utcnow() - finished_ago))
+    return job_id
+
+
+def test_the_chunk_files_a_killed_stitcher_left_are_deleted_by_the_next_sweep_and_the_output_kept(
+    settings: Settings, sweeper: Reaper
+) -> None:
+    storage = sweeper.rt.storage
+    left = _succeeded_without_deleting_its_chunks(settings, storage, timedelta(seconds=settings.lease_seconds + 1))
+    stitching = _succeeded_without_deleting_its_chunks(settings, storage, timedelta(0))  # its stitcher is deleting
+    sweeper.sweep()
+    assert storage.listdir(storage.job_url(left, "chunks")) == []
+    with storage.open_read(storage.job_url(left, "output.mp4")) as file:
+        assert file.read() == b"output"
+    assert len(storage.listdir(storage.job_url(stitching, "chunks"))) == 2, "a live stitcher's own work"
+    with session_scope(settings.database_url) as s:
+        assert s.get_one(Job, left).status == "succeeded"
+        assert set(s.scalars(select(Chunk.output_url).where(Chunk.job_id == left))) == {None}
