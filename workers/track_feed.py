@@ -162,15 +162,13 @@ class TrackFeed:
                 own = len(batch) if role == "behind" else max(0, min(len(batch), first + frames - fed))
                 spans = [(0, own)] if own else []
                 spans += [(i, i + 1) for i in range(own, len(batch))]
-                detect = self.on_device(batch) if self.on_device is not None else None
                 for start, stop in spans:
                     ahead = role == "chunk" and fed - first >= frames
                     if ahead and self._may_settle and tracker.settled(first + frames - 1):
                         break
                     part = batch[start:stop]
                     self.detected_frames += len(part)
-                    found = detect(start, stop, self.limits.low) if detect is not None else None
-                    for frame, faces in zip(part, self._detect(part, found), strict=True):
+                    for frame, faces in zip(part, self._detect(part, self._on_device(batch, start, stop)), strict=True):
                         if role == "chunk" and fed - first < frames:
                             waiting[fed] = frame
                         self._note(tracker.update(faces))
@@ -185,6 +183,12 @@ class TrackFeed:
         pending.extend((waiting.pop(t.index), t) for t in tracker.flush() if t.index in waiting)
         for start in range(0, len(pending), self.batch_size):
             yield self._item(pending[start : start + self.batch_size])
+
+    def _on_device(self, batch: FrameBatch, start: int, stop: int) -> list[list[Face]] | None:
+        """The faces of ``batch[start:stop]`` found where its frames already are, or ``None``. Asked per part, so
+        that nothing here holds a batch's device frames while the work waits (a look-behind's are let go)."""
+        detect = self.on_device(batch) if self.on_device is not None else None
+        return detect(start, stop, self.limits.low) if detect is not None else None
 
     def _detect(self, batch: FrameBatch, found: list[list[Face]] | None = None) -> list[list[Face]]:
         """The faces of ``batch`` (``found`` already, or found here on its frames), with their embeddings in
