@@ -37,7 +37,7 @@ from shared.options import FaceOptions, JobOptions
 from tests.support.faces import cpu_settings
 from tests.support.replicas import arcface_w600k_r50, install_replica, inswapper_128, replica_settings
 from workers.device.blurring import blur_faces_in_planes
-from workers.device.detection import ConvertedDetector, DeviceDetector
+from workers.device.detection import ConvertedDetector, DeviceDetector, detection_on_feed
 from workers.device.feed import PlaneFeed
 from workers.device.path import DevicePath, plan
 from workers.faces.detection import Face, FaceDetector
@@ -212,7 +212,8 @@ def _render(
     targeter = next((p.targeter for p in staged if p.targeter is not None), None)
     strict = "face_blur" in options.processors and options.face.blur_strict
     detector = staged[0].detector if path is None or path.detector is None else path.detector
-    feed = TrackFeed(detector, targeter, options.face, strict=strict, batch_size=batch)
+    on_device = None if path is None or path.detector is None else detection_on_feed(path.detector, path.feed)
+    feed = TrackFeed(detector, targeter, options.face, strict=strict, batch_size=batch, on_device=on_device)
     with reader:
         chunk = reader if path is None else path.feed.frames(reader)
         run_stages(feed.work((), chunk, frames), stages_of(processors) if path is None else path.stages(), writer.write)

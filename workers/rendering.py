@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from functools import partial
 from pathlib import Path
@@ -37,7 +37,7 @@ from workers.pipeline import face_chain, run_stages, stages_of
 from workers.processors import FrameBatch, Processor, ProcessorContext, build
 from workers.processors.base import Report, Tallied
 from workers.runtime import Runtime
-from workers.track_feed import TrackFeed, reads_landmarks
+from workers.track_feed import BatchDetection, TrackFeed, reads_landmarks
 from workers.video import codecs
 from workers.video.pipes import FrameReader, FrameWriter, split_frames
 from workers.video.transcode import Span, transcode
@@ -168,7 +168,7 @@ def _render(
         processors = [build(name, context) for name in options.processors]
         encoded = Path(tmp) / f"{claim.index:05d}.mp4"
         if any(p.touches_pixels for p in processors):
-            _process(rt, claim, media, options, processors, target, encoded, progress, beat)
+            _process(rt, claim, media, options, processors, target, encoded, progress, beat, report)
         else:  # nothing looks at the pixels: one ffmpeg process, the same frames and timing as the pipes give
             width, height = render_sizes(media.width, media.height, options).output  # no processor changes it
             span = Span(
@@ -209,14 +209,21 @@ def _process(
     encoded: Path,
     progress: list[int],
     beat: Heartbeat,
+    report: Report,
 ) -> None:
     """Decode the chunk's frames through a pipe, run the processors' stages overlapped (:mod:`workers.pipeline`),
     encode through a pipe."""
     frames = claim.frame_end - claim.frame_start
     sizes = render_sizes(media.width, media.height, options)
     width, height = sizes.decoded
-    path = _device_path(rt, options, processors, width, height)
-    feed, behind, ahead = _track_feed(rt, options, processors, path.detector if path else None), 0, 0
+    path = _device_path(rt, options, processors, width, height, report)
+    on_device = None
+    if path is not None and path.detector is not None:  # the tracks' detection too, on the feed's device frames
+        from workers.device.detection import detection_on_feed
+
+        on_device = detection_on_feed(path.detector, path.feed)
+    feed = _track_feed(rt, options, processors, path.detector if path else None, on_device)
+    behind, ahead = 0, 0
     if feed is not None:
         behind, ahead = min(feed.context, claim.frame_start), feed.context
     read = partial(
@@ -269,6 +276,8 @@ def _process(
             work = feed.work(before if behind else (), chunk, frames) if feed is not None else chunk
             run_stages(work, stages_of(processors) if path is None else path.stages(), sink)
         writer.close()
+        if path is not None:
+            path.feed.report()
     except BaseException:
         writer.abort()
         raise
@@ -277,11 +286,12 @@ def _process(
 
 
 def _device_path(
-    rt: Runtime, options: JobOptions, processors: list[Processor], width: int, height: int
+    rt: Runtime, options: JobOptions, processors: list[Processor], width: int, height: int, report: Report
 ) -> DevicePath | None:
     """The chunk's device path where the engine setting asks for torch (:mod:`workers.device.path`), else
     ``None``: the OpenCV path; a chain the device path cannot run takes the OpenCV path with a degradation, and
-    detection the device cannot run stays on the host with one."""
+    detection the device cannot run stays on the host with one (a detector that runs uncompiled, compiling having
+    failed, is reported to ``report``)."""
     device = frame_path_device(rt.settings, rt.family)
     if device is None:
         return None
@@ -292,7 +302,10 @@ def _device_path(
     detector = None
     wanted = rt.settings.device_detection == "on" or (rt.settings.device_detection == "auto" and device != "cpu")
     if staged and wanted:
-        detector = device_detector(staged[0].detector, rt.settings, options, device, width=width, height=height)
+        detector = device_detector(
+            staged[0].detector, rt.settings, options, device, width=width, height=height, family=rt.family,
+            report=report,
+        )  # fmt: skip
     chosen = plan(processors, device, width=width, height=height, detector=detector)
     if isinstance(chosen, str):
         notices.report(FALLBACK, f"the frames render on the OpenCV path, not the {device} device path: {chosen}")
@@ -302,10 +315,15 @@ def _device_path(
 
 
 def _track_feed(
-    rt: Runtime, options: JobOptions, processors: list[Processor], detector: FaceDetector | None = None
+    rt: Runtime,
+    options: JobOptions,
+    processors: list[Processor],
+    detector: FaceDetector | None = None,
+    on_device: Callable[[FrameBatch], BatchDetection | None] | None = None,
 ) -> TrackFeed | None:
     """The chain's tracked detection (:mod:`workers.track_feed`), or ``None`` where no processor works on faces
-    or the job turned tracking off; ``detector`` replaces the chain's own (the device path's)."""
+    or the job turned tracking off; ``detector`` replaces the chain's own (the device path's), ``on_device``
+    runs it on the device path's frames on the device."""
     staged = face_chain(processors)
     if not staged or not options.face.tracking:
         return None
@@ -318,7 +336,7 @@ def _track_feed(
         second = FaceDetector.load(options.face.model_copy(update={"detector": other}), rt.settings)
     return TrackFeed(
         detector or staged[0].detector, targeter, options.face, strict=strict, landmarks=landmarks, second=second,
-        batch_size=rt.settings.batch_size,
+        batch_size=rt.settings.batch_size, on_device=on_device,
     )  # fmt: skip
 
 

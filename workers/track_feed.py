@@ -23,7 +23,7 @@ answer, so the chosen person does not flicker when one frame's embedding wobbles
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,9 +37,21 @@ from workers.faces.targeting import FaceTargeter
 from workers.faces.tracking import FaceTracker, TrackedFrame, context_frames
 from workers.processors.base import FrameBatch, Work
 
-__all__ = ["BOX_ONLY", "TrackFeed", "Thresholds", "lookbehind_frames", "reads_landmarks", "thresholds"]
+__all__ = [
+    "BOX_ONLY",
+    "BatchDetection",
+    "TrackFeed",
+    "Thresholds",
+    "lookbehind_frames",
+    "reads_landmarks",
+    "thresholds",
+]
 
 logger = logging.getLogger(__name__)
+
+BatchDetection = Callable[[int, int, float], list[list[Face]]]
+"""The faces of frames ``start:stop`` of one batch, at a score, found where the batch's frames already are (the
+device path's frames on the device: :func:`workers.device.detection.detection_on_feed`)."""
 
 BOX_ONLY = frozenset({"face_blur"})
 """Face processors that read a face's box alone, never its landmarks: a chain of them skips landmark smoothing."""
@@ -88,6 +100,9 @@ class TrackFeed:
         landmarks: whether a processor reads the faces' landmarks (off: they are not smoothed, and the context
             is :data:`~workers.faces.tracking.MAX_SMOOTHING_RADIUS` frames shorter at most).
         batch_size: frames per work item handed on.
+        on_device: for a batch of the feed, its detection where its frames already are (the device path's
+            detector on the frames its feed holds on the device), or ``None``: ``detector`` on the host's frames.
+            Not with ``strict`` (the sweep turns and enlarges the host's frames).
     """
 
     def __init__(
@@ -100,8 +115,10 @@ class TrackFeed:
         landmarks: bool = True,
         second: FaceDetector | None = None,
         batch_size: int = 8,
+        on_device: Callable[[FrameBatch], BatchDetection | None] | None = None,
     ) -> None:
         self.detector, self.targeter = detector, targeter
+        self.on_device = None if strict else on_device
         others = [second] if second is not None else []
         self.finder: FaceDetector | DetectionSweep = DetectionSweep(detector, others=others) if strict else detector
         self.limits = thresholds(options, strict=strict)
@@ -143,14 +160,15 @@ class TrackFeed:
                 # The look-ahead goes one frame at a time and stops as soon as no later frame can change the
                 # chunk's frames (FaceTracker.settled): most chunk ends need few of its frames, or none.
                 own = len(batch) if role == "behind" else max(0, min(len(batch), first + frames - fed))
-                parts = [batch[:own]] if own else []
-                parts += [batch[i : i + 1] for i in range(own, len(batch))]
-                for part in parts:
+                spans = [(0, own)] if own else []
+                spans += [(i, i + 1) for i in range(own, len(batch))]
+                for start, stop in spans:
                     ahead = role == "chunk" and fed - first >= frames
                     if ahead and self._may_settle and tracker.settled(first + frames - 1):
                         break
+                    part = batch[start:stop]
                     self.detected_frames += len(part)
-                    for frame, faces in zip(part, self._detect(part), strict=True):
+                    for frame, faces in zip(part, self._detect(part, self._on_device(batch, start, stop)), strict=True):
                         if role == "chunk" and fed - first < frames:
                             waiting[fed] = frame
                         self._note(tracker.update(faces))
@@ -166,8 +184,16 @@ class TrackFeed:
         for start in range(0, len(pending), self.batch_size):
             yield self._item(pending[start : start + self.batch_size])
 
-    def _detect(self, batch: FrameBatch) -> list[list[Face]]:
-        detected = self.finder.detect(batch, score=self.limits.low)
+    def _on_device(self, batch: FrameBatch, start: int, stop: int) -> list[list[Face]] | None:
+        """The faces of ``batch[start:stop]`` found where its frames already are, or ``None``. Asked per part, so
+        that nothing here holds a batch's device frames while the work waits (a look-behind's are let go)."""
+        detect = self.on_device(batch) if self.on_device is not None else None
+        return detect(start, stop, self.limits.low) if detect is not None else None
+
+    def _detect(self, batch: FrameBatch, found: list[list[Face]] | None = None) -> list[list[Face]]:
+        """The faces of ``batch`` (``found`` already, or found here on its frames), with their embeddings in
+        reference mode."""
+        detected = found if found is not None else self.finder.detect(batch, score=self.limits.low)
         if self.targeter is not None and self.targeter.mode == "reference":
             assert self.targeter.embedder is not None
             detected = self.targeter.embedder.embed_frames(batch, detected)

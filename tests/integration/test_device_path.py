@@ -102,6 +102,7 @@ def test_the_device_path_renders_what_the_opencv_path_renders(
         with (
             caplog.at_level(logging.INFO, logger="workers.rendering"),
             caplog.at_level(logging.INFO, logger="workers.device.detection"),
+            caplog.at_level(logging.INFO, logger="workers.device.feed"),
         ):
             job_id = _render(source, JOBS[processor], frames, _settings(models, tmp_path, engine), outputs[engine],
                              states[engine])  # fmt: skip
@@ -112,6 +113,9 @@ def test_the_device_path_renders_what_the_opencv_path_renders(
         # the faces were found on the device too: the converted detector, its decode and NMS in torch
         detected = any("faces detected on the cpu device (yunet" in r.getMessage() for r in caplog.records)
         assert detected == (engine == "torch"), engine
+        # on the CPU the host is the device: the feed converts there and copies nothing up or down
+        fed = [r.getMessage() for r in caplog.records if r.getMessage().startswith("device feed on cpu")]
+        assert len(fed) == (engine == "torch") and all("(on the host), 0 uploaded, 0 downloaded" in m for m in fed)
         if DETECTION_FALLBACK in warned:  # only the strict sweep's enlarged pass of a small frame stays on the host
             assert "enlarged pass" in warned[DETECTION_FALLBACK] and "tiles" not in warned[DETECTION_FALLBACK]
     host, device = read_frames(outputs["onnxruntime"]), read_frames(outputs["torch"])

@@ -16,10 +16,20 @@ import torch
 
 from shared.options import Detector, FaceOptions, JobOptions
 from shared.processes import child_env
+from shared.settings import CompileMode
 from tests.support.faces import cpu_settings
 from workers import notices
 from workers.device.decoding import DECODERS, survivors
-from workers.device.detection import DETECTION_FALLBACK, ConvertedDetector, DeviceDetector, device_detector
+from workers.device.detection import (
+    DETECTION_FALLBACK,
+    EAGER_FALLBACK,
+    ConvertedDetector,
+    DeviceDetector,
+    detection_mode,
+    device_detector,
+)
+from workers.engines.compiling import Compiled
+from workers.engines.loading import compile_mode
 from workers.faces.decoding import STRIDES, decode_scrfd, decode_yolo_face, decode_yunet
 from workers.faces.detection import FaceDetector
 from workers.video.ffmpeg import decode_args
@@ -158,3 +168,48 @@ def _degradations(code: str) -> float:
     """``swapfarm_degradations_total{code}`` as the worker's metrics endpoint exports it."""
     (family,) = notices.DegradationCollector().collect()
     return sum(s.value for s in family.samples if s.labels == {"code": code} and s.name.endswith("_total"))
+
+
+def _failing_compiler(module: torch.nn.Module, mode: CompileMode) -> Compiled:
+    """A compile that fails as Inductor's do: lazily, on the first call of a shape."""
+
+    def compiled(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        raise RuntimeError(f"inductor could not lower the graph ({mode})")
+
+    return compiled
+
+
+def test_a_detector_whose_compile_fails_runs_eagerly_and_the_job_is_told(
+    data_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """No silent fallback: the compiled detector that fails on its first batch finds the eager model's faces, runs
+    eagerly from then on, and says so once (the job's warning, a log line, the metric's count)."""
+    host, eager = _detectors("yunet", "yunet_2023mar.onnx", "yunet_2023_mar.onnx", data_dir, tmp_path)
+    converted = ConvertedDetector(
+        data_dir / "models" / "yunet_2023mar.onnx", mode="default", compiler=_failing_compiler
+    )
+    assert converted.compiled
+    frames = torch.from_numpy(_frames(data_dir / "media" / "d18.mp4", 3, 480, 480)).permute(0, 3, 1, 2)
+    before = _degradations(EAGER_FALLBACK)
+    with notices.collecting() as found, caplog.at_level(logging.WARNING):
+        device = DeviceDetector(host, converted)
+        first, second = device.detect(frames), device.detect(frames)
+    expected = eager.detect(frames)
+    assert [[f.box.tolist() for f in faces] for faces in first] == [
+        [f.box.tolist() for f in faces] for faces in expected
+    ]
+    assert second and not converted.compiled
+    told = [n for n in found if n.code == EAGER_FALLBACK]
+    assert len(told) == 1 and "torch.compile failed" in told[0].message and "inductor" in told[0].message
+    assert any(f"degraded ({EAGER_FALLBACK})" in r.getMessage() for r in caplog.records)
+    assert _degradations(EAGER_FALLBACK) == before + 1
+
+
+def test_the_detector_compiles_on_a_gpu_as_the_swapper_does_and_stays_eager_on_the_cpu() -> None:
+    settings = cpu_settings()
+    assert detection_mode(settings, "cpu", "cpu") == "eager"
+    assert detection_mode(settings.model_copy(update={"torch_compile_mode": "max-autotune"}), "cpu", "cpu") == "eager"
+    assert detection_mode(settings, "cuda", "cuda") == compile_mode(settings, "cuda") == "max-autotune"
+    assert detection_mode(settings, "cuda:1", "rocm") == "max-autotune"
+    chosen = settings.model_copy(update={"torch_compile_mode": "reduce-overhead"})
+    assert detection_mode(chosen, "cuda", "cuda") == "reduce-overhead"

@@ -5,8 +5,8 @@ One code path, two devices: where the worker's engine setting resolves to torch
 its GPU, or the CPU, as in CI — instead of OpenCV/numpy on the host, which stays the path of the ONNX Runtime
 engine. The stages (:meth:`DevicePath.stages`):
 
-1. take the batch's 4:2:0 planes to the device (:class:`~workers.device.feed.PlaneFeed`; the host stages already
-   have its BGR frames, converted there);
+1. take the batch's 4:2:0 planes and BGR frames on the device, uploaded and converted there once, as the host
+   stages' BGR frames were (:class:`~workers.device.feed.PlaneFeed`);
 2. the chain's one face detection on the device (:class:`~workers.device.detection.DeviceDetector`: the batch's
    frames prepared, the converted detector run, its outputs decoded and suppressed, all in torch; the faces
    handed to the targeter as on the OpenCV path), or on the host where the detector cannot be converted;
@@ -14,7 +14,7 @@ engine. The stages (:meth:`DevicePath.stages`):
    a crop-and-paste processor (``face_swapper``, ``face_enhancer``) cuts its crops on the device, runs its model
    stage as on the host path, and pastes the results back on the device, rewriting only the pasted regions'
    planes;
-4. the planes back to the host, for the encoder.
+4. the planes back to the host, for the encoder (through pinned memory on CUDA).
 
 A chain the device path cannot run (a processor or an option it has no stage for, odd frame sizes) renders on the
 OpenCV path, and says so (:func:`plan`): never silently.
@@ -30,7 +30,7 @@ import torch
 from workers.device.blurring import blur_faces_in_planes
 from workers.device.cropping import gather_crops, paste_crops, paste_region
 from workers.device.detection import DeviceDetector
-from workers.device.feed import DeviceFrames, PlaneFeed
+from workers.device.feed import DeviceFrames, PlaneFeed, to_host
 from workers.device.threads import one_thread
 from workers.faces.alignment import template_points
 from workers.faces.cropping import FaceCrops
@@ -43,10 +43,17 @@ __all__ = ["DevicePath", "plan"]
 
 
 def plan(
-    processors: Sequence[Processor], device: str, *, width: int, height: int, detector: DeviceDetector | None = None
+    processors: Sequence[Processor],
+    device: str,
+    *,
+    width: int,
+    height: int,
+    detector: DeviceDetector | None = None,
+    convert_on_device: bool | None = None,
 ) -> DevicePath | str:
     """The device path of the chain, or why it has none (a sentence for the job's warning); ``detector``: the
-    chain's detector on the device (``None``: the chain's own, on the host)."""
+    chain's detector on the device (``None``: the chain's own, on the host); ``convert_on_device``: the feed's
+    (:class:`~workers.device.feed.PlaneFeed`)."""
     if width % 2 or height % 2:
         return f"{width}x{height} frames cannot travel as 4:2:0 planes (odd size)"
     for processor in processors:
@@ -58,7 +65,7 @@ def plan(
                 return "face_blur with blur_style pixelate has no device stage yet"
         elif not isinstance(processor, CropPasteProcessor):
             return f"{name} has no device stage yet"
-    return DevicePath(processors, device, detector)
+    return DevicePath(processors, device, detector, convert_on_device=convert_on_device)
 
 
 class DevicePath:
@@ -68,13 +75,21 @@ class DevicePath:
         processors: the chain (each a ``face_blur``, a crop-and-paste processor, or one that touches no pixels).
         device: ``cpu``, ``cuda`` …
         detector: the chain's detector on the device, or ``None`` to detect with the chain's own on the host.
+        convert_on_device: where the feed converts the planes (:class:`~workers.device.feed.PlaneFeed`).
     """
 
-    def __init__(self, processors: Sequence[Processor], device: str, detector: DeviceDetector | None = None) -> None:
+    def __init__(
+        self,
+        processors: Sequence[Processor],
+        device: str,
+        detector: DeviceDetector | None = None,
+        *,
+        convert_on_device: bool | None = None,
+    ) -> None:
         self.processors = processors
         self.device = device
         self.detector = detector
-        self.feed = PlaneFeed(device)
+        self.feed = PlaneFeed(device, convert_on_device=convert_on_device)
 
     def stages(self) -> list[Stage]:
         """Upload, detection, each processor's device stages, download (see the module's docstring). On the CPU
@@ -122,7 +137,7 @@ def _detection(staged: Sequence[Staged], detector: DeviceDetector) -> Stage:
 
 
 def _download(work: Work) -> Work:
-    work.frames = _frames(work).planes.cpu().numpy()
+    work.frames = to_host(_frames(work).planes)
     work.device = None
     return work
 
