@@ -125,7 +125,17 @@ def outline(corners: tuple[int, int, int, int], thickness: int) -> Pixels:
     return np.concatenate(pixels)
 
 
-def _within(pixels: Pixels, height: int, width: int) -> Pixels:
+Bounds = tuple[int, int, int, int]
+"""``x1, y1, x2, y2`` (inclusive) around a mark's pixels."""
+
+_EMPTY: Bounds = (1 << 40, 1 << 40, -(1 << 40), -(1 << 40))  # the bounds of no pixel: they meet nothing
+
+
+def _within(pixels: Pixels, bounds: Bounds, height: int, width: int) -> Pixels:
+    """The pixels inside the frame (all of them, without a test, where their bounds are)."""
+    x1, y1, x2, y2 = bounds
+    if x1 >= 0 and y1 >= 0 and x2 < width and y2 < height:
+        return pixels
     keep = (pixels[:, 0] >= 0) & (pixels[:, 0] < width) & (pixels[:, 1] >= 0) & (pixels[:, 1] < height)
     return pixels[keep]
 
@@ -135,47 +145,72 @@ def _centres(points: npt.NDArray[np.floating[Any]]) -> Pixels:
     return np.round(np.asarray(points, np.float64)).astype(np.int64).reshape(-1, 2)
 
 
-def _stamped(centres: Pixels, shape: Pixels) -> Pixels:
-    """``shape`` (offsets) placed at every centre."""
-    return (centres[:, None, :] + shape[None, :, :]).reshape(-1, 2)
+def _stamped(centres: Pixels, radius: int) -> tuple[Pixels, Bounds]:
+    """A disc of ``radius`` at every centre, and the bounds of them all."""
+    if not len(centres):
+        return _NONE, _EMPTY
+    pixels = (centres[:, None, :] + disc(radius)[None, :, :]).reshape(-1, 2)
+    (x1, y1), (x2, y2) = centres.min(axis=0) - radius, centres.max(axis=0) + radius
+    return pixels, (int(x1), int(y1), int(x2), int(y2))
 
 
-_EMPTY = (1 << 40, 1 << 40, -(1 << 40), -(1 << 40))  # the bounds of no pixel: they meet nothing
-
-
-def _bounds(pixels: Pixels) -> tuple[int, int, int, int]:
-    """``x1, y1, x2, y2`` (inclusive) around ``pixels``; :data:`_EMPTY` for none."""
+@cache
+def _glyph_bounds(text: str, thickness: int) -> Bounds:
+    pixels = glyphs(text, thickness)
     if not len(pixels):
         return _EMPTY
     (x1, y1), (x2, y2) = pixels.min(axis=0), pixels.max(axis=0)
     return int(x1), int(y1), int(x2), int(y2)
 
 
+def _shifted(bounds: Bounds, x: int, y: int) -> Bounds:
+    return bounds if bounds == _EMPTY else (bounds[0] + x, bounds[1] + y, bounds[2] + x, bounds[3] + y)
+
+
+def _clipped(bounds: Bounds, height: int, width: int) -> Bounds:
+    x1, y1, x2, y2 = bounds
+    return max(x1, 0), max(y1, 0), min(x2, width - 1), min(y2, height - 1)
+
+
 @dataclass
 class _Marks:
-    """One face's marks in one frame, clipped to it; its score as text, origin and the pixels its glyphs cover."""
+    """One face's marks in one frame: each as its pixels in the frame and its bounds (before the frame clips it,
+    so that a test of overlap never misses one); the score also as its text and origin."""
 
     box: Pixels
     five: Pixels
     score: Pixels
     below: Pixels  # its 68 points (none without them), drawn first, under every other mark
+    bounds: dict[str, Bounds]
     text: str
     origin: tuple[int, int]
 
-    def region(self) -> tuple[int, int, int, int] | None:
-        """The rectangle around every pixel drawn (x1, y1, x2, y2, exclusive), or ``None``."""
-        x1, y1, x2, y2 = _bounds(np.concatenate([self.box, self.five, self.score, self.below]))
-        return None if x2 < x1 else (x1, y1, x2 + 1, y2 + 1)
+    def region(self, height: int, width: int) -> tuple[int, int, int, int] | None:
+        """The rectangle of the frame around every pixel drawn (x1, y1, x2, y2, exclusive), or ``None``."""
+        every = list(self.bounds.values())
+        x1, y1 = min(b[0] for b in every), min(b[1] for b in every)
+        x2, y2 = max(b[2] for b in every), max(b[3] for b in every)
+        x1, y1, x2, y2 = _clipped((x1, y1, x2, y2), height, width)
+        return None if x2 < x1 or y2 < y1 else (x1, y1, x2 + 1, y2 + 1)
 
 
 def _marks(face: Face, points: npt.NDArray[np.float32] | None, thickness: int, height: int, width: int) -> _Marks:
     text, origin = score_label(face, thickness)
-    below = _NONE if points is None else _stamped(_centres(points), disc(thickness))
+    x1, y1, x2, y2 = corners = box_corners(face)
+    reach = (thickness + 1) // 2 if thickness > 1 else 0  # the bands' and the round corners' reach alike
+    bounds = {
+        "box": (min(x1, x2) - reach, min(y1, y2) - reach, max(x1, x2) + reach, max(y1, y2) + reach),
+        "score": _shifted(_glyph_bounds(text, thickness), *origin),
+    }
+    five, bounds["five"] = _stamped(_centres(face.landmarks), thickness + 1)
+    below, bounds["below"] = _stamped(_centres(points), thickness) if points is not None else (_NONE, _EMPTY)
+    score = glyphs(text, thickness) + np.array(origin, np.int64)
     return _Marks(
-        box=_within(outline(box_corners(face), thickness), height, width),
-        five=_within(_stamped(_centres(face.landmarks), disc(thickness + 1)), height, width),
-        score=_within(glyphs(text, thickness) + np.array(origin, np.int64), height, width),
-        below=_within(below, height, width),
+        box=_within(outline(corners, thickness), bounds["box"], height, width),
+        five=_within(five, bounds["five"], height, width),
+        score=_within(score, bounds["score"], height, width),
+        below=_within(below, bounds["below"], height, width),
+        bounds=bounds,
         text=text,
         origin=origin,
     )
@@ -196,9 +231,7 @@ def _in_order(marks: Sequence[_Marks]) -> bool:
     it never misses an overlap)."""
     if len(marks) < 2:
         return False
-    five, box, score = (
-        np.array([_bounds(getattr(m, part)) for m in marks], np.int64) for part in ("five", "box", "score")
-    )
+    five, box, score = (np.array([m.bounds[part] for m in marks], np.int64) for part in ("five", "box", "score"))
     return bool(_meet(five, box).any() or _meet(score, box).any() or _meet(score, five).any())
 
 
@@ -216,8 +249,8 @@ def _paint(pixels: list[Pixels], frame_of: list[int], hwc: torch.Tensor, colour:
 def _write(hwc: torch.Tensor, index: int, marks: _Marks, thickness: int) -> None:
     """The score drawn by ``cv2.putText`` onto the patch of frame ``index`` under it, on the host, and the patch
     written back: OpenCV blends the glyphs' edges into the pixels under them."""
-    x1, y1, x2, y2 = _bounds(marks.score)
-    if x2 < x1:
+    x1, y1, x2, y2 = _clipped(marks.bounds["score"], *hwc.shape[1:3])
+    if x2 < x1 or y2 < y1:
         return
     patch = np.ascontiguousarray(hwc[index, y1 : y2 + 1, x1 : x2 + 1].cpu().numpy())
     origin = (marks.origin[0] - x1, marks.origin[1] - y1)
@@ -261,6 +294,6 @@ def draw_marks(
                 _paint([marks.five], [index], hwc, green)
             _write(hwc, index, marks, thickness)
         for marks in marked:
-            region = marks.region()
+            region = marks.region(height, width)
             if region is not None:
                 frames.store(index, region)
