@@ -10,12 +10,17 @@ the OpenCV path converts whole frames to BGR and back around the blur of every d
 converts the faces' regions only. Printed per frame, with and without the
 detection (the same YuNet model through ONNX Runtime in both, and, as a third column, the device path with its
 detection on the device: the converted model, batched, decode and NMS in torch), and the ratio torch / OpenCV.
+Then the pixel stages of ``face_blur`` pixelating and of ``face_debugger``, on the same detections, planes to
+planes: the host's (whole frames converted, OpenCV on the BGR frames) vs the device's (the faces' regions of the
+planes; the marks drawn into the device's BGR frames and their regions stored back into the planes), and the
+host's stage alone.
 Then detection alone: the host's (OpenCV letterbox, ONNX Runtime one frame at a time, numpy decode, OpenCV NMS) vs
 the device's (:class:`workers.device.detection.DeviceDetector`), per detector. The end-to-end chunk compares
 the same three. The device path runs on the CPU unless ``--device`` names another (``cuda``); the OpenCV path
 always runs on the host.
 
     .venv/bin/python -m benchmarks.device_pipeline [--frames 24] [--batch 8] [--data ../shared/data] [--no-chunk]
+        [--stages-only]
 """
 
 from __future__ import annotations
@@ -37,13 +42,15 @@ from shared.options import FaceOptions, JobOptions
 from tests.support.faces import cpu_settings
 from tests.support.replicas import arcface_w600k_r50, install_replica, inswapper_128, replica_settings
 from workers.device.blurring import blur_faces_in_planes
+from workers.device.debugging import draw_marks
 from workers.device.detection import ConvertedDetector, DeviceDetector, detection_on_feed
-from workers.device.feed import PlaneFeed
+from workers.device.feed import DeviceFrames, PlaneFeed
 from workers.device.path import DevicePath, plan
 from workers.faces.detection import Face, FaceDetector
 from workers.pipeline import face_chain, run_stages, stages_of
 from workers.processors import Processor, ProcessorContext, build
 from workers.processors.face_blur import blur_faces
+from workers.processors.face_debugger import draw_faces
 from workers.track_feed import TrackFeed
 from workers.video.ffmpeg import decode_args
 from workers.video.pipes import FrameReader, FrameWriter
@@ -76,9 +83,10 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", help="torch device of the device path (cpu, cuda …)")
     parser.add_argument("--data", type=Path, default=Path(__file__).resolve().parents[2] / "shared" / "data")
     parser.add_argument("--no-chunk", action="store_true", help="skip the end-to-end chunk comparison")
+    parser.add_argument("--stages-only", action="store_true", help="only the pixelate and debugger stages")
     args = parser.parse_args()
     clip = args.data / "media" / "crowd_1080p.mp4"
-    if not args.no_chunk:
+    if not args.no_chunk and not args.stages_only:
         chunk_comparison(clip, args.data, args.frames, args.batch, args.repeats, args.device)
     raw = subprocess.run(decode_args(clip, 0, args.frames, "yuv420p"), capture_output=True, check=True).stdout
     planes = np.frombuffer(raw, np.uint8).reshape(args.frames, 1620, 1920).copy()
@@ -95,6 +103,9 @@ def main() -> None:
         if args.device == "cpu":  # as the render path runs these stages (workers/device/threads.py)
             torch.set_num_threads(1)
         threads = torch.get_num_threads()
+        stage_comparison(planes, batches, found, args.repeats, args.device)
+        if args.stages_only:
+            return
         print(f"face_blur on crowd_1080p.mp4: {args.frames} frames, {faces} faces, batches of {args.batch}, "
               f"torch {torch.__version__}, {args.device} ({threads} CPU threads; best of {args.repeats})")  # fmt: skip
         on_device = DeviceDetector(detector, ConvertedDetector(models / "yunet_2023_mar.onnx", args.device))
@@ -119,6 +130,57 @@ def main() -> None:
             print(f"  {label:18s} {_ratios(rates)}")
         torch.set_num_threads(default_threads)  # the detectors run with the worker's threads, as in the path
         detection_comparison(args.data, models, planes, args.batch, args.repeats, args.device)
+
+
+def stage_comparison(
+    planes: np.ndarray, batches: list[np.ndarray], found: list[Faces], repeats: int, device: str
+) -> None:
+    """``face_blur`` pixelating and ``face_debugger``'s drawing, host vs device, from 4:2:0 planes to 4:2:0 planes
+    as the frame paths take and give them (the OpenCV path converts whole frames around its stage, the device
+    path the marked regions only), then the host's stage alone (its frames already BGR): ms per frame."""
+    faces = sum(len(f) for per_batch in found for f in per_batch)
+    print(f"pixel stages on crowd_1080p.mp4: {len(planes)} frames, {faces} faces, {device} device "
+          f"({torch.get_num_threads()} CPU threads; best of {repeats})")  # fmt: skip
+    host_batches = [np.stack([cv2.cvtColor(f, cv2.COLOR_YUV2BGR_I420) for f in b]) for b in batches]
+
+    def pixelated(frame: np.ndarray, f: Sequence[Face]) -> np.ndarray:
+        return blur_faces(frame, list(f), STRENGTH, style="pixelate")
+
+    def drawn(frame: np.ndarray, f: Sequence[Face]) -> np.ndarray:
+        return draw_faces(frame, list(f))
+
+    def on_host(stage: Callable[[np.ndarray, Sequence[Face]], np.ndarray], convert: bool) -> Callable[[int], None]:
+        def run(index: int) -> None:
+            for plane, bgr, f in zip(batches[index], host_batches[index], found[index], strict=True):
+                frame = cv2.cvtColor(plane, cv2.COLOR_YUV2BGR_I420) if convert else bgr
+                done = stage(frame, f)
+                if convert:
+                    cv2.cvtColor(done, cv2.COLOR_BGR2YUV_I420)
+
+        return run
+
+    def device_pixelate(index: int) -> None:
+        raw = torch.from_numpy(batches[index].copy()).to(device)
+        blur_faces_in_planes(raw, found[index], STRENGTH, style="pixelate")
+
+    def device_debugger(index: int) -> None:
+        raw = torch.from_numpy(batches[index].copy()).to(device)
+        draw_marks(DeviceFrames(raw, host_batches[index].copy()), found[index], [])
+
+    for name, stage, ours in (("pixelate", pixelated, device_pixelate), ("debugger", drawn, device_debugger)):
+        times = {}
+        runs = (("OpenCV", on_host(stage, True)), ("torch", ours), ("OpenCV stage alone", on_host(stage, False)))
+        for label, run in runs:
+            best = float("inf")
+            for _ in range(repeats):
+                started = time.perf_counter()
+                for index in range(len(batches)):
+                    run(index)
+                if device != "cpu":
+                    torch.cuda.synchronize()
+                best = min(best, time.perf_counter() - started)
+            times[label] = best / len(planes) * 1000
+        print(f"  {name:9s} {_ratios(times)}")
 
 
 def detection_comparison(data: Path, models: Path, planes: np.ndarray, batch: int, repeats: int, device: str) -> None:

@@ -1,8 +1,10 @@
 """The device path end to end (``swapfarm run``): with the engine set to torch, a job's frames go through torch
 on the worker's device (the CPU here, as in CI) and come out as the OpenCV path's do — ≥ 40 dB PSNR per frame on
-``d18`` and ``crowd_1080p``, for ``face_blur`` (default, strict options) and ``face_swapper`` (replica inswapper,
+``d18`` and ``crowd_1080p``, for ``face_blur`` (default, strict options), ``face_swapper`` (replica inswapper,
 on ONNX Runtime in both runs, so that only the frame path differs; on ``d18`` also chained with
-``face_enhancer``), with the faces detected on the device (the converted detector, its decode and NMS in torch).
+``face_enhancer``), ``face_debugger`` (on ``d18`` with the 68 points of a 2dfan4 replica) and, on ``d18``,
+``face_blur`` pixelating chained with ``face_debugger``, with the faces detected on the device (the converted
+detector, its decode and NMS in torch).
 A job of several chunks through the farm's Celery workers (look-behind and look-ahead frames on the device path
 too) agrees the same way, and a chain the device path cannot run renders on the OpenCV path with a job warning.
 """
@@ -23,9 +25,11 @@ from shared.db import session_scope
 from shared.options import JobOptions
 from shared.settings import Settings
 from tests.integration.conftest import download, submit, wait_finished
+from tests.support import mask_replicas
 from tests.support.farm import Farm
 from tests.support.media import psnr, read_frames
 from tests.support.replicas import arcface_w600k_r50, gfpgan_1_4, install_replica, inswapper_128, replica_settings
+from tests.support.upscaler_replicas import real_esrgan
 from workers.device.detection import DETECTION_FALLBACK
 from workers.device.selection import FALLBACK
 from workers.embedded import run_local
@@ -41,10 +45,22 @@ JOBS: dict[str, dict[str, Any]] = {
         "processors": ["face_swapper", "face_enhancer"],
         "face": {"swapper": "inswapper_128", "enhancer": "gfpgan_1.4"},
     },
+    "face_blur pixelate+face_debugger": {  # a chain: the marks drawn over the pixelated faces
+        "processors": ["face_blur", "face_debugger"],
+        "face": {"blur_style": "pixelate"},
+    },
+    "face_debugger": {"processors": ["face_debugger"]},
+    "face_debugger 68": {"processors": ["face_debugger"], "face": {"landmarker_score": 0.5}},  # 2dfan4's points
 }
 CASES = [(clip, job) for clip in CLIPS for job in ("face_blur", "face_swapper")] + [
-    ("d18.mp4", "face_swapper+face_enhancer")
+    ("d18.mp4", "face_swapper+face_enhancer"),
+    ("d18.mp4", "face_blur pixelate+face_debugger"),
+    ("d18.mp4", "face_debugger 68"),
+    ("crowd_1080p.mp4", "face_debugger"),
 ]
+
+# replicas on ONNX Runtime in both runs: only the frame path differs
+_REPLICAS = ("inswapper_128", "gfpgan_1.4", "real_esrgan_x2", "fan_68_5", "2dfan4")
 
 
 @pytest.fixture(scope="module")
@@ -55,6 +71,9 @@ def models(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Path:
     install_replica(arcface_w600k_r50(), "arcface_w600k_r50", folder)
     install_replica(inswapper_128(), "inswapper_128", folder)
     install_replica(gfpgan_1_4(), "gfpgan_1.4", folder)
+    install_replica(real_esrgan(2), "real_esrgan_x2", folder)
+    install_replica(mask_replicas.fan_68_5(), "fan_68_5", folder)
+    install_replica(mask_replicas.fan_2dfan4(), "2dfan4", folder)
     return folder
 
 
@@ -64,7 +83,7 @@ def _settings(models: Path, tmp_path: Path, engine: str) -> Settings:
         models,
         work_dir=tmp_path / "work",
         engine=engine,
-        model_engines=dict.fromkeys(("inswapper_128", "gfpgan_1.4"), "onnxruntime"),
+        model_engines=dict.fromkeys(_REPLICAS, "onnxruntime"),
         device_detection="on",  # what a GPU worker does by default; on the CPU it is off unless asked for
     )
 
@@ -133,14 +152,14 @@ def test_the_device_path_renders_what_the_opencv_path_renders(
 def test_a_chain_the_device_path_cannot_run_renders_on_the_opencv_path_with_a_warning(
     models: Path, data_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    job = {"processors": ["face_blur"], "face": {"blur_style": "pixelate"}}
+    job = {"processors": ["frame_enhancer"], "frame_enhancer": {"model": "real_esrgan_x2", "blend": 100}}
     state = tmp_path / "state"
     with caplog.at_level(logging.WARNING):
         job_id = _render(
             data_dir / "media" / "d18.mp4", job, 4, _settings(models, tmp_path, "torch"), tmp_path / "out.mp4", state
         )
     warned = _warnings(state, job_id)
-    assert FALLBACK in warned and "pixelate" in warned[FALLBACK] and "OpenCV" in warned[FALLBACK]
+    assert FALLBACK in warned and "FrameEnhancer" in warned[FALLBACK] and "OpenCV" in warned[FALLBACK]
     assert any(f"degraded ({FALLBACK})" in r.getMessage() for r in caplog.records)
 
 

@@ -10,14 +10,16 @@ engine. The stages (:meth:`DevicePath.stages`):
 2. the chain's one face detection on the device (:class:`~workers.device.detection.DeviceDetector`: the batch's
    frames prepared, the converted detector run, its outputs decoded and suppressed, all in torch; the faces
    handed to the targeter as on the OpenCV path), or on the host where the detector cannot be converted;
-3. per processor: ``face_blur`` hides the faces in the planes (:func:`~workers.device.blurring.blur_faces_in_planes`);
-   a crop-and-paste processor (``face_swapper``, ``face_enhancer``) cuts its crops on the device, runs its model
-   stage as on the host path, and pastes the results back on the device, rewriting only the pasted regions'
-   planes;
+3. per processor: ``face_blur`` hides the faces in the planes, in every style — blur, pixelate, fill
+   (:func:`~workers.device.blurring.blur_faces_in_planes`); a crop-and-paste processor (``face_swapper``,
+   ``face_enhancer``) cuts its crops on the device, runs its model stage as on the host path, and pastes the
+   results back on the device, rewriting only the pasted regions' planes; ``face_debugger`` runs its 68-point
+   landmarker (if configured) as on the host path, then draws the boxes, points and scores into the frames on the
+   device (:func:`~workers.device.debugging.draw_marks`), rewriting only the marked regions' planes;
 4. the planes back to the host, for the encoder (through pinned memory on CUDA).
 
-A chain the device path cannot run (a processor or an option it has no stage for, odd frame sizes) renders on the
-OpenCV path, and says so (:func:`plan`): never silently.
+A chain the device path cannot run (a processor it has no stage for — ``frame_enhancer`` —, odd frame sizes)
+renders on the OpenCV path, and says so (:func:`plan`): never silently.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import torch
 
 from workers.device.blurring import blur_faces_in_planes
 from workers.device.cropping import gather_crops, paste_crops, paste_region
+from workers.device.debugging import draw_marks
 from workers.device.detection import DeviceDetector
 from workers.device.feed import DeviceFrames, PlaneFeed, to_host
 from workers.device.threads import one_thread
@@ -37,9 +40,12 @@ from workers.faces.cropping import FaceCrops
 from workers.pipeline import detection_stage, face_chain
 from workers.processors.base import Processor, Stage, Staged, Work
 from workers.processors.crop_paste import Aligned, CropPasteProcessor, Transformed
-from workers.processors.face_blur import FaceBlurProcessor
+from workers.processors.face_blur import FaceBlurProcessor, grown_region
+from workers.processors.face_debugger import FaceDebuggerProcessor, Located
 
 __all__ = ["DevicePath", "plan"]
+
+_STAGED = (FaceBlurProcessor, CropPasteProcessor, FaceDebuggerProcessor)  # the processors with device stages
 
 
 def plan(
@@ -58,12 +64,7 @@ def plan(
         return f"{width}x{height} frames cannot travel as 4:2:0 planes (odd size)"
     for processor in processors:
         name = type(processor).__name__
-        if not processor.touches_pixels:
-            continue
-        if isinstance(processor, FaceBlurProcessor):
-            if processor.style == "pixelate":
-                return "face_blur with blur_style pixelate has no device stage yet"
-        elif not isinstance(processor, CropPasteProcessor):
+        if processor.touches_pixels and not isinstance(processor, _STAGED):
             return f"{name} has no device stage yet"
     return DevicePath(processors, device, detector, convert_on_device=convert_on_device)
 
@@ -72,7 +73,8 @@ class DevicePath:
     """The chain's stages on ``device``; build with :func:`plan`.
 
     Args:
-        processors: the chain (each a ``face_blur``, a crop-and-paste processor, or one that touches no pixels).
+        processors: the chain (each a ``face_blur``, a crop-and-paste processor, a ``face_debugger``, or one that
+            touches no pixels).
         device: ``cpu``, ``cuda`` …
         detector: the chain's detector on the device, or ``None`` to detect with the chain's own on the host.
         convert_on_device: where the feed converts the planes (:class:`~workers.device.feed.PlaneFeed`).
@@ -99,12 +101,16 @@ class DevicePath:
         staged = face_chain(self.processors)
         if staged:
             stages.append(detection_stage(staged) if self.detector is None else _detection(staged, self.detector))
-        for processor in self.processors:
+        for position, processor in enumerate(self.processors):
             if isinstance(processor, FaceBlurProcessor):
-                stages.append(pixels(_blur_stage(processor)))
+                chained = any(later.touches_pixels for later in self.processors[position + 1 :])
+                stages.append(pixels(_blur_stage(processor, chained=chained)))
             elif isinstance(processor, CropPasteProcessor):
                 align, model, paste = _crop_paste_stages(processor)
                 stages.extend([pixels(align), model, pixels(paste)])
+            elif isinstance(processor, FaceDebuggerProcessor):
+                locate, draw = _debugger_stages(processor)
+                stages.extend([locate, pixels(draw)])
         stages.append(_download)
         return stages
 
@@ -142,13 +148,20 @@ def _download(work: Work) -> Work:
     return work
 
 
-def _blur_stage(processor: FaceBlurProcessor) -> Stage:
+def _blur_stage(processor: FaceBlurProcessor, *, chained: bool) -> Stage:
+    """``face_blur`` on the planes; ``chained`` (a later processor reads the frames): on the BGR frames and the
+    host's batch too, which the later processors' stages read, as on the OpenCV path."""
+
     def hide(work: Work) -> Work:
         assert work.faces is not None
         frames = _frames(work)
-        blur_faces_in_planes(
-            frames.planes, work.faces, processor.strength, style=processor.style, margin=processor.margin
-        )
+        style, margin = processor.style, processor.margin
+        bgr = frames.bgr if chained else None
+        blur_faces_in_planes(frames.planes, work.faces, processor.strength, style=style, margin=margin, bgr=bgr)
+        if chained and not frames.shared:  # on a GPU the host's batch is a copy of its own
+            for index, found in enumerate(work.faces):
+                for face in found:
+                    frames.store(index, grown_region(face, margin, (frames.height, frames.width)))
         for faces in work.faces:
             processor.hidden += len(faces)
             processor.filled += sum(face.filled for face in faces)
@@ -198,3 +211,21 @@ def _crop_paste_stages(processor: CropPasteProcessor) -> tuple[Stage, Stage, Sta
         return work
 
     return align, processor.stages()[1], paste
+
+
+def _debugger_stages(processor: FaceDebuggerProcessor) -> tuple[Stage, Stage]:
+    """The faces to draw (the 68-point landmarker's model run as on the host path), then the marks drawn on the
+    device."""
+
+    def locate(work: Work) -> Work:
+        work.state = processor.locate(work)
+        return work
+
+    def draw(work: Work) -> Work:
+        located = work.state
+        assert isinstance(located, Located)
+        draw_marks(_frames(work), located.faces, located.points)
+        work.state = None
+        return work
+
+    return locate, draw
