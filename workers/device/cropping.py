@@ -1,6 +1,12 @@
 """Aligned crops of a batch's faces on the device, and the processed crops pasted back with their masks: the
 device's :mod:`workers.faces.cropping`. Sampling is kornia's ``warp_affine`` (bilinear in, bicubic back, as the
-host path's ``cv2.warpAffine`` calls); only each face's region of the frame is read or written."""
+host path's ``cv2.warpAffine`` calls); only each face's region of the frame is read or written.
+
+Where the device is the CPU and the frames are the host's own ``uint8`` memory, the sampling is OpenCV's, through
+the host path's own warps (:func:`~workers.faces.alignment.warp_faces`, :func:`~workers.faces.alignment.paste_back`):
+the same sampling, and on the CPU the faster kernel. Measured on 8 frames of ``crowd_1080p`` (55 faces, one
+thread): the crops 10.7 ms with OpenCV vs 57.7 ms with kornia, the paste-back 41 vs 151 ms. Everything around the
+sampling (the transforms, the regions, the planes) is the device path's either way."""
 
 from __future__ import annotations
 
@@ -12,6 +18,7 @@ import torch.nn.functional as F
 from kornia.geometry.transform import warp_affine
 
 from workers.device.geometry import similarity_transforms
+from workers.faces.alignment import paste_back, warp_faces
 
 __all__ = ["gather_crops", "paste_crops", "paste_region"]
 
@@ -52,6 +59,12 @@ def gather_crops(
         transforms ``[F, 2, 3]`` (float64, on the CPU).
     """
     transforms = similarity_transforms(landmarks.cpu(), template.cpu())
+    host = _host_frames(frames)
+    if host is not None:
+        crops = [warp_faces(host[int(frame_of[i])], [transforms[i].numpy()], size) for i in range(len(transforms))]
+        if not crops:
+            return torch.zeros((0, 3, size, size)), transforms
+        return torch.from_numpy(np.concatenate(crops)).permute(0, 3, 1, 2).float(), transforms
     height, width = frames.shape[2:]
     regions = [_region(t, size, height, width, _MARGIN) for t in transforms]
     shifted = transforms.clone()
@@ -88,6 +101,15 @@ def paste_crops(
         frame_of: ``[F]``.
         mask: ``[S, S]`` blend weights in 0…1, or ``[F, S, S]``: one per crop.
     """
+    host = _host_frames(frames)
+    if host is not None:
+        faces = crops.clamp(0, 255).round().to(torch.uint8).permute(0, 2, 3, 1).contiguous().numpy()
+        masks = mask.detach().cpu().numpy().astype(np.float32, copy=False)
+        for index in range(len(faces)):
+            frame = host[int(frame_of[index])]
+            face_mask = masks[index] if masks.ndim == 3 else masks
+            paste_back(frame, faces[index], transforms[index].numpy(), face_mask, out=frame)
+        return frames
     height, width = frames.shape[2:]
     size = crops.shape[-1]
     for index in range(len(crops)):
@@ -107,3 +129,12 @@ def paste_crops(
         blended = background + (face[0].clamp(0, 255) - background) * weight[0].clamp(0, 1)
         target.copy_(blended.round())
     return frames
+
+
+def _host_frames(frames: torch.Tensor) -> np.ndarray | None:
+    """``frames`` (``[N, 3, H, W]``) as the host's ``uint8 [N, H, W, 3]`` memory they view, where they are that (on
+    the CPU, a view of BGR frames as the decoder's batches hold them): OpenCV can then sample them in place."""
+    if frames.device.type != "cpu" or frames.dtype != torch.uint8:
+        return None
+    host = frames.permute(0, 2, 3, 1).numpy()
+    return host if all(frame.flags.c_contiguous for frame in host) else None
