@@ -16,7 +16,7 @@ import numpy.typing as npt
 
 from shared.settings import Settings
 from workers.engines.onnx import OnnxEngine
-from workers.faces.detection import FaceDetector
+from workers.faces.detection import Face, FaceDetector
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 MODELS = DATA / "models"
@@ -87,3 +87,16 @@ def psnr(a: npt.ArrayLike, b: npt.ArrayLike) -> float:
     """Peak signal-to-noise ratio of two uint8 images, in dB (infinite for identical images)."""
     error = np.mean((np.asarray(a, np.float64) - np.asarray(b, np.float64)) ** 2)
     return float("inf") if error == 0 else float(10 * np.log10(255.0**2 / error))
+
+
+def same_faces(found: Sequence[Sequence[Face]], expected: Sequence[Sequence[Face]]) -> int:
+    """Assert that two detections of the same frames agree face for face (boxes and landmarks within half a pixel,
+    scores within 1e-3); how many faces were compared."""
+    compared = 0
+    for ours, theirs in zip(found, expected, strict=True):
+        assert len(ours) == len(theirs)
+        for a, b in zip(ours, theirs, strict=True):
+            assert np.abs(a.box - b.box).max() < 0.5 and np.abs(a.landmarks - b.landmarks).max() < 0.5
+            assert abs(a.score - b.score) < 1e-3
+            compared += 1
+    return compared

@@ -61,10 +61,10 @@ def gather_crops(
     transforms = similarity_transforms(landmarks.cpu(), template.cpu())
     host = _host_frames(frames)
     if host is not None:
-        crops = [warp_faces(host[int(frame_of[i])], [transforms[i].numpy()], size) for i in range(len(transforms))]
-        if not crops:
+        cut = [warp_faces(host[int(frame_of[i])], [transforms[i].numpy()], size) for i in range(len(transforms))]
+        if not cut:
             return torch.zeros((0, 3, size, size)), transforms
-        return torch.from_numpy(np.concatenate(crops)).permute(0, 3, 1, 2).float(), transforms
+        return torch.from_numpy(np.concatenate(cut)).permute(0, 3, 1, 2).float(), transforms
     height, width = frames.shape[2:]
     regions = [_region(t, size, height, width, _MARGIN) for t in transforms]
     shifted = transforms.clone()
