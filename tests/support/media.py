@@ -26,7 +26,8 @@ def make_clip(
 ) -> Path:
     """A clip with moving content (testsrc2: a frame counter and moving shapes) and a sine tone.
 
-    ``vfr`` stretches every fifth frame interval to 1.5x, giving a variable frame rate with the same frames.
+    ``vfr`` stretches every fifth frame interval to 1.5x, giving a variable frame rate with the same frames. An odd
+    ``size`` needs a pixel format that holds it (``extra=["-pix_fmt", "yuv444p"]``).
     """
     args = [
         "ffmpeg",
@@ -40,8 +41,13 @@ def make_clip(
     ]
     if audio:
         args += ["-f", "lavfi", "-i", f"sine=frequency=440:sample_rate=48000:duration={seconds}"]
+    width, height = size.split("x")
+    filters = [f"scale={width}:{height}"] if int(width) % 2 or int(height) % 2 else []  # testsrc2 makes even sizes
     if vfr:
-        args += ["-vf", "setpts='(N+0.5*floor(N/5))/(FRAME_RATE*TB)'", "-fps_mode", "vfr"]
+        filters.append("setpts='(N+0.5*floor(N/5))/(FRAME_RATE*TB)'")
+        args += ["-fps_mode", "vfr"]
+    if filters:
+        args += ["-vf", ",".join(filters)]
     args += ["-c:v", "libx264", "-preset", "veryfast", "-pix_fmt", "yuv420p", "-g", "48"]
     if audio:
         args += ["-c:a", "aac", "-shortest"]

@@ -22,8 +22,7 @@ SOFTWARE_ENCODERS = [e for e in choices(VideoEncoder) if e not in SOFTWARE_FALLB
 def test_reader_gives_bgr_frames_matching_ffmpegs_own_decode(tmp_path: Path, size: str) -> None:
     chroma = "yuv444p" if size.endswith("1") else "yuv420p"
     width, height = (int(v) for v in size.split("x"))
-    scale = ["-vf", f"scale={width}:{height}"]  # testsrc2 itself rounds sizes down to even
-    clip = make_clip(tmp_path / "c.mp4", seconds=2, audio=False, extra=[*scale, "-pix_fmt", chroma])
+    clip = make_clip(tmp_path / "c.mp4", seconds=2, size=size, audio=False, extra=["-pix_fmt", chroma])
     reference = read_frames(clip)[..., ::-1]  # RGB → BGR
     with FrameReader(clip, seek_seconds=0, frames=len(reference), width=width, height=height, batch_size=7) as reader:
         frames = np.concatenate(list(reader))
