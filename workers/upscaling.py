@@ -136,18 +136,18 @@ class FrameEnhancer:
     ) -> None:
         if model.kind != "frame_enhancer" or model.input_size is None or model.normalisation is None:
             raise ModelError(f"model {model.name} is not a frame enhancer")
-        self._input = model.input_names[0]
-        if self._input not in engine.input_names:
-            raise ModelError(f"model {model.name} has no input {self._input!r}: {engine.input_names}")
+        self.input_name = model.input_names[0]
+        if self.input_name not in engine.input_names:
+            raise ModelError(f"model {model.name} has no input {self.input_name!r}: {engine.input_names}")
         self.model, self.scale, self.engine = model, scale, engine
         self.tiling = Tiling(model.input_size, TILE_PAD)
-        self._fixed_batch, self._loaded = fixed_batch, loaded
+        self.fixed_batch, self._loaded = fixed_batch, loaded
         self.batches = batches or FittedBatches(64)
-        mean, std = model.normalisation.mean, model.normalisation.std
-        order = slice(None, None, -1) if model.colour_order == "rgb" else slice(None)  # frames are BGR
-        self._mean = np.array(mean, np.float32)[order].reshape(1, 3, 1, 1)
-        self._std = np.array(std, np.float32)[order].reshape(1, 3, 1, 1)
-        self._order = order
+        self.rgb = model.colour_order == "rgb"  # frames are BGR
+        # in the model's channel order, as the tensors it takes and gives
+        self.mean = np.array(model.normalisation.mean, np.float32).reshape(1, 3, 1, 1)
+        self.std = np.array(model.normalisation.std, np.float32).reshape(1, 3, 1, 1)
+        self._order = slice(None, None, -1) if self.rgb else slice(None)
 
     @classmethod
     def load(cls, name: FrameEnhancerModel, settings: Settings) -> FrameEnhancer:
@@ -184,22 +184,32 @@ class FrameEnhancer:
         if count == 0:
             return np.empty((0, height * self.scale, width * self.scale, 3), np.uint8)
         tiles = self.tiling.split(frames)
-        upscaled = self.batches.map(tiles, self._run)
+        upscaled = self.batches.map(tiles, self.run_tiles)
         return self.tiling.join(np.asarray(upscaled, np.uint8), count, height, width, scale=self.scale)
 
-    def _run(self, tiles: Frames) -> Frames:
-        """One batch of tiles through the engine (in calls of the model's fixed batch, if it has one)."""
-        tensor = (tiles[..., self._order].transpose(0, 3, 1, 2).astype(np.float32) - self._mean) / self._std
+    def run_tiles(self, tiles: Frames) -> Frames:
+        """One batch of uint8 BGR tiles ``[n, T, T, 3]`` through the engine (in calls of the model's fixed batch,
+        if it has one): ``[n, sT, sT, 3]``.
+
+        Raises:
+            ModelError: as :meth:`check_output`.
+        """
+        tensor = (tiles[..., self._order].transpose(0, 3, 1, 2).astype(np.float32) - self.mean) / self.std
 
         def inputs(items: Indices) -> dict[str, npt.NDArray[np.generic]]:
-            return {self._input: tensor[items]}
+            return {self.input_name: tensor[items]}
 
-        output = np.asarray(run_in_batches(self.engine, len(tiles), inputs, self._fixed_batch)[0], np.float32)
+        output = np.asarray(run_in_batches(self.engine, len(tiles), inputs, self.fixed_batch)[0], np.float32)
+        self.check_output(output.shape)
+        pixels = np.clip(output * self.std + self.mean + 0.5, 0, 255).astype(np.uint8)
+        return np.ascontiguousarray(pixels.transpose(0, 2, 3, 1)[..., self._order])
+
+    def check_output(self, shape: tuple[int, ...]) -> None:
+        """Raises :class:`~shared.errors.ModelError` unless ``shape`` is a batch of tiles ``scale`` times larger
+        (``[n, 3, sT, sT]``)."""
         side = self.tiling.tile * self.scale
-        if output.shape[1:] != (3, side, side):
+        if tuple(shape[1:]) != (3, side, side):
             raise ModelError(
-                f"model {self.model.name} gave {output.shape[1:]} for a {self.tiling.tile}px tile; a x{self.scale} "
+                f"model {self.model.name} gave {tuple(shape[1:])} for a {self.tiling.tile}px tile; a x{self.scale} "
                 f"model gives (3, {side}, {side})"
             )
-        pixels = np.clip(output * self._std + self._mean + 0.5, 0, 255).astype(np.uint8)
-        return np.asarray(pixels.transpose(0, 2, 3, 1)[..., self._order], np.uint8)

@@ -6,7 +6,9 @@ on ONNX Runtime in both runs, so that only the frame path differs; on ``d18`` al
 ``face_blur`` pixelating chained with ``face_debugger``, with the faces detected on the device (the converted
 detector, its decode and NMS in torch).
 A job of several chunks through the farm's Celery workers (look-behind and look-ahead frames on the device path
-too) agrees the same way, and a chain the device path cannot run renders on the OpenCV path with a job warning.
+too) agrees the same way; so do a chain ending in the frame enhancer (``face_swapper`` then ``real_esrgan_x2``),
+its frames twice as large; and a chain the device path cannot run (odd frame sizes) renders on the OpenCV path
+with a job warning.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from shared.settings import Settings
 from tests.integration.conftest import download, submit, wait_finished
 from tests.support import mask_replicas
 from tests.support.farm import Farm
-from tests.support.media import psnr, read_frames
+from tests.support.media import make_clip, psnr, read_frames
 from tests.support.replicas import arcface_w600k_r50, gfpgan_1_4, install_replica, inswapper_128, replica_settings
 from tests.support.upscaler_replicas import real_esrgan
 from workers.device.detection import DETECTION_FALLBACK
@@ -149,17 +151,41 @@ def test_the_device_path_renders_what_the_opencv_path_renders(
         assert moved[changed].mean() > 0.95, f"frame {index}: the device path left faces the host path changed"
 
 
+def test_a_chain_ending_in_the_frame_enhancer_renders_on_the_device_path_as_on_the_opencv_path(
+    models: Path, data_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    job = {
+        "processors": ["face_swapper", "frame_enhancer"],
+        "face": {"swapper": "inswapper_128"},
+        "frame_enhancer": {"model": "real_esrgan_x2", "blend": 80},
+    }
+    clip, frames = data_dir / "media" / "d18.mp4", 3
+    outputs = {engine: tmp_path / f"{engine}.mp4" for engine in ("onnxruntime", "torch")}
+    for engine, output in outputs.items():
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="workers.rendering"):
+            job_id = _render(clip, job, frames, _settings(models, tmp_path, engine), output, tmp_path / engine)
+        assert FALLBACK not in _warnings(tmp_path / engine, job_id)
+        took = any("frames on the cpu device path" in r.getMessage() for r in caplog.records)
+        assert took == (engine == "torch"), engine
+    host, device = read_frames(outputs["onnxruntime"]), read_frames(outputs["torch"])
+    assert host.shape == device.shape == (frames, 960, 960, 3)  # d18's 480² frames, twice as large
+    for index in range(frames):
+        assert psnr(device[index], host[index]) >= PARITY_DB, f"frame {index}"
+
+
 def test_a_chain_the_device_path_cannot_run_renders_on_the_opencv_path_with_a_warning(
     models: Path, data_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    job = {"processors": ["frame_enhancer"], "frame_enhancer": {"model": "real_esrgan_x2", "blend": 100}}
+    # 4:2:0 planes cannot hold odd sizes: such a file (4:4:4) renders on the OpenCV path, and the job says so
+    clip = make_clip(tmp_path / "odd.mp4", seconds=1, size="321x181", extra=["-pix_fmt", "yuv444p"])
+    shutil.copy(data_dir / "media" / "s0.jpg", tmp_path / "s0.jpg")  # the source _render hands every job
     state = tmp_path / "state"
     with caplog.at_level(logging.WARNING):
-        job_id = _render(
-            data_dir / "media" / "d18.mp4", job, 4, _settings(models, tmp_path, "torch"), tmp_path / "out.mp4", state
-        )
+        job_id = _render(clip, {"processors": ["face_blur"]}, 4, _settings(models, tmp_path, "torch"),
+                         tmp_path / "out.mp4", state)  # fmt: skip
     warned = _warnings(state, job_id)
-    assert FALLBACK in warned and "FrameEnhancer" in warned[FALLBACK] and "OpenCV" in warned[FALLBACK]
+    assert FALLBACK in warned and "odd size" in warned[FALLBACK] and "OpenCV" in warned[FALLBACK]
     assert any(f"degraded ({FALLBACK})" in r.getMessage() for r in caplog.records)
 
 

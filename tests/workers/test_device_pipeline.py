@@ -76,6 +76,30 @@ def test_colour_conversion_is_opencvs_to_the_bit_both_ways(data_dir: Path) -> No
             assert np.array_equal(back, expected), clip
 
 
+def test_a_region_stored_back_gives_the_planes_of_the_whole_frame_converted_on_the_host_and_on_a_device(
+    data_dir: Path,
+) -> None:
+    """A stage rewrites a region of the BGR frames and stores it back into the planes: OpenCV's conversion where
+    the frames are the host's memory (the CPU), torch's where they are a device's; both give the planes of the whole
+    rewritten frame converted, to the bit."""
+    planes = _planes(data_dir / "media" / "d18.mp4", 2)
+    bgr = np.stack([cv2.cvtColor(frame, cv2.COLOR_YUV2BGR_I420) for frame in planes])
+    host = DeviceFrames(torch.from_numpy(planes.copy()), bgr.copy())  # the CPU's: BGR a view of the host's frames
+    device = DeviceFrames(torch.from_numpy(planes.copy()), bgr.copy(), torch.from_numpy(bgr.copy()).permute(0, 3, 1, 2))
+    assert host.shared and not device.shared
+    rng = np.random.default_rng(1)
+    for index, (x1, y1, x2, y2) in enumerate([(37, 51, 200, 190), (0, 1, 480, 33), (301, 300, 480, 480)]):
+        frame = index % 2
+        patch = torch.from_numpy(rng.integers(0, 256, (3, y2 - y1, x2 - x1), dtype=np.uint8))
+        for frames in (host, device):
+            frames.bgr[frame, :, y1:y2, x1:x2] = patch
+            frames.store(frame, (x1, y1, x2, y2))
+        assert np.array_equal(host.host, device.host)  # the device's region came down to the host's batch too
+    expected = np.stack([cv2.cvtColor(frame, cv2.COLOR_BGR2YUV_I420) for frame in host.host])
+    assert np.array_equal(host.planes.numpy(), expected)
+    assert np.array_equal(device.planes.numpy(), expected)
+
+
 @pytest.mark.parametrize(("clip", "frames"), [("d18.mp4", 12), ("crowd_1080p.mp4", 6)])
 def test_face_blur_on_the_device_agrees_with_the_opencv_path(
     clip: str, frames: int, detector: FaceDetector, data_dir: Path

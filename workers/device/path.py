@@ -16,9 +16,11 @@ engine. The stages (:meth:`DevicePath.stages`):
    results back on the device, rewriting only the pasted regions' planes; ``face_debugger`` runs its 68-point
    landmarker (if configured) as on the host path, then draws the boxes, points and scores into the frames on the
    device (:func:`~workers.device.debugging.draw_marks`), rewriting only the marked regions' planes;
+   ``frame_enhancer``, last in its chain, upscales the whole frames there and replaces the planes with the larger
+   frames' (:func:`~workers.device.upscaling.enhance_frames`);
 4. the planes back to the host, for the encoder (through pinned memory on CUDA).
 
-A chain the device path cannot run (a processor it has no stage for — ``frame_enhancer`` —, odd frame sizes)
+A chain the device path cannot run (odd frame sizes; a processor that touches pixels and has no device stage)
 renders on the OpenCV path, and says so (:func:`plan`): never silently.
 """
 
@@ -35,6 +37,7 @@ from workers.device.debugging import draw_marks
 from workers.device.detection import DeviceDetector
 from workers.device.feed import DeviceFrames, PlaneFeed, to_host
 from workers.device.threads import one_thread
+from workers.device.upscaling import enhance_frames
 from workers.faces.alignment import template_points
 from workers.faces.cropping import FaceCrops
 from workers.pipeline import detection_stage, face_chain
@@ -42,10 +45,12 @@ from workers.processors.base import Processor, Stage, Staged, Work
 from workers.processors.crop_paste import Aligned, CropPasteProcessor, Transformed
 from workers.processors.face_blur import FaceBlurProcessor, grown_region
 from workers.processors.face_debugger import FaceDebuggerProcessor, Located
+from workers.processors.frame_enhancer import FrameEnhancerProcessor
 
 __all__ = ["DevicePath", "plan"]
 
-_STAGED = (FaceBlurProcessor, CropPasteProcessor, FaceDebuggerProcessor)  # the processors with device stages
+# the processors with device stages
+_STAGED = (FaceBlurProcessor, CropPasteProcessor, FaceDebuggerProcessor, FrameEnhancerProcessor)
 
 
 def plan(
@@ -111,6 +116,8 @@ class DevicePath:
             elif isinstance(processor, FaceDebuggerProcessor):
                 locate, draw = _debugger_stages(processor)
                 stages.extend([locate, pixels(draw)])
+            elif isinstance(processor, FrameEnhancerProcessor):
+                stages.append(_enhance_stage(processor))
         stages.append(_download)
         return stages
 
@@ -229,3 +236,14 @@ def _debugger_stages(processor: FaceDebuggerProcessor) -> tuple[Stage, Stage]:
         return work
 
     return locate, draw
+
+
+def _enhance_stage(processor: FrameEnhancerProcessor) -> Stage:
+    """The whole frames upscaled on the device (the model's threads as they are, on the CPU too)."""
+
+    def enhance(work: Work) -> Work:
+        enhance_frames(_frames(work), processor.enhancer, processor.blend)
+        processor.report()
+        return work
+
+    return enhance

@@ -23,13 +23,17 @@ def run_in_batches(
     count: int,
     inputs: Callable[[Indices], Mapping[str, Tensor]],
     fixed_batch: int | None = None,
+    *,
+    run: Callable[[Mapping[str, Any]], list[Any]] | None = None,
+    join: Callable[[list[Any]], Any] | None = None,
 ) -> list[Tensor]:
     """Run ``count`` items through ``engine`` and join the outputs along the batch axis.
 
     ``inputs(indices)`` builds the inputs of the items at ``indices``. With ``fixed_batch`` ``None`` (a
     dynamic batch dimension) all items go in one call; otherwise each call gets exactly ``fixed_batch`` items,
     the last call padded by repeating its last item and the padding dropped from the outputs. Every output
-    must be per item.
+    must be per item. ``run`` replaces ``engine.run`` and ``join`` numpy's concatenation, e.g. for tensors on a
+    device (:meth:`~workers.engines.torch_engine.TorchEngine.run_on_device`, ``torch.cat``).
 
     Raises:
         ValueError: ``count`` is not positive.
@@ -41,8 +45,12 @@ def run_in_batches(
     for start in range(0, count, step):
         indices = np.minimum(np.arange(start, start + step), count - 1)
         kept = min(step, count - start)
-        parts.append([output[:kept] for output in engine.run(inputs(indices))])
-    return [np.concatenate(outputs, axis=0) for outputs in zip(*parts, strict=True)]
+        parts.append([output[:kept] for output in (run or engine.run)(inputs(indices))])
+    return [(join or _concatenate)(list(outputs)) for outputs in zip(*parts, strict=True)]
+
+
+def _concatenate(parts: list[Any]) -> Any:
+    return np.concatenate(parts, axis=0)
 
 
 Items = TypeVar("Items", bound=npt.NDArray[Any])
@@ -90,21 +98,24 @@ class FittedBatches:
             return self.cap
         return min(self.cap, fitted_batch(self.memory.free_bytes(), self.per_item_bytes, self.safety, self.limit))
 
-    def map(self, items: Items, step: Callable[[Items], Items]) -> Items:
-        """``step`` over consecutive batches of ``items``, results joined in order.
+    def map(
+        self, items: Items, step: Callable[[Items], Items], join: Callable[[list[Any]], Any] | None = None
+    ) -> Items:
+        """``step`` over consecutive batches of ``items``, results joined in order: by ``join`` where given (e.g.
+        ``torch.cat`` for the device path's tensors, left where they are), else as numpy arrays.
 
         Raises:
             ValueError: ``step`` returned a different number of results than it was given.
             RetryableError: a single item does not fit in memory (code ``out_of_memory``).
         """
         if len(items) == 0:
-            return items.copy()
-        parts: list[npt.NDArray[Any]] = []
+            return cast(Items, items[:0]) if join is not None else items.copy()
+        parts: list[Any] = []
         start = 0
         while start < len(items):
             batch = cast(Items, items[start : start + self.size()])
             try:
-                result = np.asarray(step(batch))
+                result = step(batch) if join is not None else np.asarray(step(batch))
             except Exception as error:
                 if self.memory is None or not self.memory.is_out_of_memory(error):
                     raise
@@ -114,7 +125,7 @@ class FittedBatches:
                 raise ValueError(f"a face model returned {len(result)} results for {len(batch)} items")
             parts.append(result)
             start += len(batch)
-        return cast(Items, np.concatenate(parts))
+        return cast(Items, join(parts) if join is not None else np.concatenate(parts))
 
     def _back_off(self, size: int, error: Exception) -> None:
         assert self.memory is not None

@@ -212,24 +212,48 @@ class TorchEngine:
             raise ValueError(f"batched inputs disagree in size: {sorted(counts)}")
         with self._lock, torch.inference_mode():
             tensors = [self._tensor(array) for array in arrays]
-            if not counts:
-                return self._numpy([output.to("cpu") for output in self._call(tensors)])
-            count = counts.pop()
-            parts: list[list[torch.Tensor]] = [[] for _ in self._outputs]
-            start = 0
-            for size, bucket in plan_calls(count, self._buckets):
-                batch = [
-                    self._pad(tensor[start : start + size], bucket) if spec.batched else tensor
-                    for tensor, spec in zip(tensors, self._inputs, strict=True)
-                ]
-                for part, output, spec in zip(parts, self._call(batch, bucket), self._outputs, strict=True):
-                    # To the host now: CUDA-graph replays reuse their output buffers on the next call.
-                    part.append((output[:size] if spec.batched else output).to("cpu"))
-                self.stats.padded_items += bucket - size
-                self.stats.computed_items += bucket
-                start += size
-        joined = [torch.cat(part) if spec.batched else part[0] for part, spec in zip(parts, self._outputs, strict=True)]
-        return self._numpy(joined)
+            # To the host at once: CUDA-graph replays reuse their output buffers on the next call.
+            return self._numpy(self._batched(tensors, counts.pop() if counts else None, lambda t: t.to("cpu")))
+
+    def run_on_device(self, inputs: Mapping[str, torch.Tensor]) -> list[torch.Tensor]:
+        """:meth:`run` for tensors already on the engine's device (the device path's), outputs left there as the
+        model computes them (in the engine's precision; floats not cast back).
+
+        Raises:
+            ValueError: as :meth:`run`.
+        """
+        if set(inputs) != set(self.input_names):
+            raise ValueError(f"model inputs are {list(self.input_names)}, got {sorted(inputs)}")
+        tensors = [inputs[spec.name].to(self._device) for spec in self._inputs]
+        tensors = [t.to(self._dtype) if t.is_floating_point() else t for t in tensors]
+        counts = {len(t) for t, spec in zip(tensors, self._inputs, strict=True) if spec.batched}
+        if len(counts) > 1:
+            raise ValueError(f"batched inputs disagree in size: {sorted(counts)}")
+        # Copies where CUDA graphs replay: the next call reuses their output buffers.
+        keep: Callable[[torch.Tensor], torch.Tensor] = torch.Tensor.clone if self._graphs else lambda t: t
+        with self._lock, torch.inference_mode():
+            return self._batched(tensors, counts.pop() if counts else None, keep)
+
+    def _batched(
+        self, tensors: list[torch.Tensor], count: int | None, keep: Callable[[torch.Tensor], torch.Tensor]
+    ) -> list[torch.Tensor]:
+        """The model over ``count`` items (``None``: no batched input, one call) in bucket-sized calls, each
+        call's outputs passed through ``keep`` before the next call, joined in order."""
+        if count is None:
+            return [keep(output) for output in self._call(tensors)]
+        parts: list[list[torch.Tensor]] = [[] for _ in self._outputs]
+        start = 0
+        for size, bucket in plan_calls(count, self._buckets):
+            batch = [
+                self._pad(tensor[start : start + size], bucket) if spec.batched else tensor
+                for tensor, spec in zip(tensors, self._inputs, strict=True)
+            ]
+            for part, output, spec in zip(parts, self._call(batch, bucket), self._outputs, strict=True):
+                part.append(keep(output[:size] if spec.batched else output))
+            self.stats.padded_items += bucket - size
+            self.stats.computed_items += bucket
+            start += size
+        return [torch.cat(part) if spec.batched else part[0] for part, spec in zip(parts, self._outputs, strict=True)]
 
     def prepare(self) -> None:
         """Fit the buckets to free memory from the per-item memory a previous process measured, if one did; else

@@ -42,9 +42,13 @@ class FrameEnhancerProcessor:
     def process(self, frames: FrameBatch) -> FrameBatch:
         """The frames, ``scale`` times wider and taller: ``[N, H, W, 3]`` → ``[N, sH, sW, 3]``."""
         upscaled = blend(frames, self.enhancer.upscale(frames), self.blend)
+        self.report()
+        return upscaled
+
+    def report(self) -> None:
+        """Tell the job of the model's slower paths, if it took one since the last batch."""
         if self._reporter is not None:
             self._reporter.check()
-        return upscaled
 
 
 @register("frame_enhancer")
