@@ -32,10 +32,12 @@ from workers.video.ffmpeg import decode_args
 SIDE = 480  # d18.mp4
 
 
-def _enhancer(scale: int, engine: str, folder: Path) -> FrameEnhancer:
+def _enhancer(scale: int, engine: str, folder: Path, family: str = "cpu") -> FrameEnhancer:
     name = f"real_esrgan_x{scale}"
     install_replica(real_esrgan(scale, residual=0.3), name, folder / "models")
-    settings = replica_settings(folder / "models", engine=engine, torch_compile_mode="eager", torch_precision="fp32")
+    settings = replica_settings(
+        folder / "models", engine=engine, torch_compile_mode="eager", torch_precision="fp32", family=family
+    )
     return FrameEnhancer.load(name, settings)  # type: ignore[arg-type]
 
 
@@ -109,3 +111,16 @@ def test_a_blurred_and_enhanced_chunk_in_the_gpus_flow_renders_the_opencv_paths_
         assert psnr(host[index], opencv[index]) >= 60, f"frame {index}"
         assert psnr(device[index], opencv[index]) >= 60, f"frame {index}"
         assert psnr(device[index], resized[index]) < 40, f"frame {index}: not enhanced"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason=f"no GPU: torch {torch.__version__} sees no CUDA device")
+def test_on_a_gpu_frames_upscaled_there_are_the_host_paths_frames(tmp_path: Path) -> None:
+    enhancer = _enhancer(2, "torch", tmp_path, family="cuda")
+    frames = clip_frames("d18.mp4", slice(0, 2))
+    host = enhancer.upscale(frames)
+    on_device = upscale(enhancer, torch.from_numpy(frames).permute(0, 3, 1, 2).to("cuda"))
+    assert on_device.device.type == "cuda"
+    device = on_device.permute(0, 2, 3, 1).cpu().numpy()
+    for index in range(2):  # the GPU's floating point may differ in the last bits
+        assert psnr(device[index], host[index]) >= 45, f"frame {index}"

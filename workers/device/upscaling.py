@@ -71,7 +71,7 @@ def _run(enhancer: FrameEnhancer, tiles: torch.Tensor) -> torch.Tensor:
 
     run = engine.run_on_device
     outputs = run_in_batches(engine, len(tiles), inputs, enhancer.fixed_batch, run=run, join=torch.cat)
-    output = cast(torch.Tensor, outputs[0]).float()
+    output = cast(torch.Tensor, outputs[0]).to(tiles.device, torch.float32)  # the engine's device may be another
     enhancer.check_output(tuple(output.shape))
     pixels = (output * std + mean + 0.5).clamp_(0, 255).to(torch.uint8)
     return pixels.flip(1) if enhancer.rgb else pixels
