@@ -271,7 +271,7 @@ def _process(
             chunk, before = (
                 (own, behind_frames)
                 if path is None
-                else (path.feed.frames(own), path.feed.frames(behind_frames, keep=False))
+                else (path.feed.frames(own, taken=frames), path.feed.frames(behind_frames, keep=False))
             )
             work = feed.work(before if behind else (), chunk, frames) if feed is not None else chunk
             run_stages(work, stages_of(processors) if path is None else path.stages(), sink)

@@ -90,7 +90,7 @@ def _render(
     )  # fmt: skip
     behind, chunk = _Read(_batches(planes[:BEHIND])), _Read(_batches(planes[BEHIND:]))
     out: list[np.ndarray] = []
-    work = tracks.work(path.feed.frames(behind, keep=False), path.feed.frames(chunk), FRAMES)
+    work = tracks.work(path.feed.frames(behind, keep=False), path.feed.frames(chunk, taken=FRAMES), FRAMES)
     run_stages(work, path.stages(), out.append)
     return np.concatenate(out), path, detector, behind.frames + chunk.frames
 
@@ -112,6 +112,8 @@ def test_the_gpus_flow_renders_the_cpus_frames_uploading_each_frame_once(
     counts = gpu_path.feed.counts
     assert read > BEHIND + FRAMES and counts.uploaded == counts.converted == counts.downloaded == read
     assert gpu_detector.uploaded == 0 and gpu_detector.batches > 0
+    # Nothing is left on the device: the chunk's frames were taken, the look-ahead (context) let go once read.
+    assert gpu_path.feed.held == 0
     # The CPU's own flow: OpenCV's conversion on the host, which is the device: nothing to upload.
     assert cpu_path.feed.counts.uploaded == cpu_path.feed.counts.downloaded == 0
     assert cpu_detector.uploaded > 0

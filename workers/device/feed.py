@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import threading
 from collections import deque
 from collections.abc import Iterable, Iterator
@@ -127,6 +128,7 @@ class _Held:
     host: FrameBatch  # the BGR batch handed to the host stages
     planes: torch.Tensor  # on the device
     bgr: torch.Tensor | None  # on the device, [N, 3, H, W]; None where the host's batch is it (the CPU)
+    kept: int = 0  # its first frames that wait for take(); the rest are context only
 
 
 class PlaneFeed:
@@ -153,22 +155,35 @@ class PlaneFeed:
         self._taken = 0  # frames of the first waiting batch taken already
         self._lock = threading.Lock()
 
-    def frames(self, batches: Iterable[FrameBatch], *, keep: bool = True) -> Iterator[FrameBatch]:
-        """``batches`` of planes as BGR batches ``[N, H, W, 3]``; with ``keep`` the batches' device tensors wait
-        for :meth:`take`. A look-behind's batches (context only, never taken: ``keep`` off) are held only until
-        the next one is read (:meth:`on_device` finds them meanwhile)."""
+    def frames(
+        self, batches: Iterable[FrameBatch], *, keep: bool = True, taken: int | None = None
+    ) -> Iterator[FrameBatch]:
+        """``batches`` of planes as BGR batches ``[N, H, W, 3]``; with ``keep`` the first ``taken`` frames' device
+        tensors (all of them with ``taken`` ``None``) wait for :meth:`take`. Frames that are context only, never
+        taken — a look-behind (``keep`` off), the look-ahead after the ``taken`` frames — are held only until the
+        next batch is read (:meth:`on_device` finds them meanwhile), so that a chunk's look-ahead does not stay on
+        the device until the chunk ends."""
+        left = math.inf if taken is None else taken
         for planes in batches:
             held = self._convert(planes)
+            held.kept = int(min(len(planes), left)) if keep else 0
+            left -= held.kept
             with self._lock:
                 self._held[id(held.host)] = held
-                if keep:
+                if held.kept:
                     self._waiting.append(held)
             try:
                 yield held.host
             finally:
-                if not keep:
+                if not held.kept:
                     with self._lock:
                         self._held.pop(id(held.host), None)
+
+    @property
+    def held(self) -> int:
+        """Frames whose device tensors the feed holds now (waiting for :meth:`take`, or context being read)."""
+        with self._lock:
+            return sum(len(held.host) for held in self._held.values())
 
     def _convert(self, planes: FrameBatch) -> _Held:
         count = len(planes)
@@ -208,13 +223,13 @@ class PlaneFeed:
                 if not self._waiting:
                     raise RuntimeError("the device path lost track of its frames' planes")
                 held = self._waiting[0]
-                stop = min(len(held.host), self._taken + needed)
+                stop = min(held.kept, self._taken + needed)
                 planes.append(self._handed(held.planes[self._taken : stop]))
                 if held.bgr is not None:
                     bgr.append(self._handed(held.bgr[self._taken : stop]))
                 needed -= stop - self._taken
                 self._taken = stop
-                if self._taken == len(held.host):
+                if self._taken == held.kept:  # the batch's look-ahead frames, if any, are context only
                     self._waiting.popleft()
                     self._held.pop(id(held.host), None)
                     self._taken = 0
