@@ -9,7 +9,7 @@ path than the one configured reports a :class:`Degradation`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
@@ -49,3 +49,22 @@ class Degradation:
     kind: str
     model: str
     message: str
+
+
+@dataclass
+class EngineStats:
+    """Counters of one torch engine (:class:`~workers.engines.torch_engine.TorchEngine`), for logs and metrics."""
+
+    compiles: int = 0
+    """Buckets compiled (first calls of a compiled shape; from the compile cache, if it has them)."""
+    compile_seconds: float = 0.0
+    """Wall time of those first calls."""
+    eager_fallbacks: int = 0
+    """Times compiling failed and the engine switched to eager execution (0 or 1)."""
+    fallback_reason: str | None = None
+    warmed_buckets: list[int] = field(default_factory=list)
+    """Buckets compiled ahead of use by its ``warmup``."""
+    padded_items: int = 0
+    """Items computed only to fill a bucket (repeats, thrown away)."""
+    computed_items: int = 0
+    """Items computed in all, padding included."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import gc
 import logging
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -182,3 +183,15 @@ def memory_for(
         _, _, index = device.partition(":")
         return TorchDeviceMemory(int(index or 0))
     return HostMemory(ram_budget_bytes)
+
+
+def per_item_bytes(peaks: Mapping[int, int]) -> int:
+    """The memory one more item costs, from the peaks ``{batch: bytes}`` of calls of several batch sizes: the slope
+    between the smallest and largest measured buckets, or the one bucket's peak divided by its size (an
+    overestimate: it counts what the call costs at any size too)."""
+    sizes = sorted(peaks)
+    if len(sizes) == 1:
+        return peaks[sizes[0]] // sizes[0]
+    low, high = sizes[0], sizes[-1]
+    slope = (peaks[high] - peaks[low]) // (high - low)
+    return slope if slope > 0 else peaks[high] // high

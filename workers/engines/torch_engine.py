@@ -22,7 +22,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +32,7 @@ from shared.errors import ModelError
 from shared.families import FAMILIES
 from shared.settings import CompileMode, Precision
 from workers import notices
-from workers.engines.base import Tensor
+from workers.engines.base import EngineStats, Tensor
 from workers.engines.compiling import (
     Compiled,
     Compiler,
@@ -45,29 +44,10 @@ from workers.engines.compiling import (
     raise_recompile_limits,
     use_compile_cache,
 )
-from workers.engines.memory import DeviceMemory, HostMemory, fitted_batch
+from workers.engines.memory import DeviceMemory, HostMemory, fitted_batch, per_item_bytes
 from workers.engines.onnx_to_torch import OnnxModule, TensorSpec, convert, numpy_dtype
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class EngineStats:
-    """Counters of one engine, for logs and metrics."""
-
-    compiles: int = 0
-    """Buckets compiled (first calls of a compiled shape; from the compile cache, if it has them)."""
-    compile_seconds: float = 0.0
-    """Wall time of those first calls."""
-    eager_fallbacks: int = 0
-    """Times compiling failed and the engine switched to eager execution (0 or 1)."""
-    fallback_reason: str | None = None
-    warmed_buckets: list[int] = field(default_factory=list)
-    """Buckets compiled ahead of use by :meth:`TorchEngine.warmup`."""
-    padded_items: int = 0
-    """Items computed only to fill a bucket (repeats, thrown away)."""
-    computed_items: int = 0
-    """Items computed in all, padding included."""
 
 
 class TorchEngine:
@@ -204,16 +184,11 @@ class TorchEngine:
         Raises:
             ValueError: ``inputs`` does not name exactly the model's inputs, or batched inputs disagree in size.
         """
-        if set(inputs) != set(self.input_names):
-            raise ValueError(f"model inputs are {list(self.input_names)}, got {sorted(inputs)}")
-        arrays = [np.asarray(inputs[spec.name], numpy_dtype(spec.elem_type)) for spec in self._inputs]
-        counts = {len(array) for array, spec in zip(arrays, self._inputs, strict=True) if spec.batched}
-        if len(counts) > 1:
-            raise ValueError(f"batched inputs disagree in size: {sorted(counts)}")
+        arrays, count = self._inputs_of(inputs, lambda a, spec: np.asarray(a, numpy_dtype(spec.elem_type)))
         with self._lock, torch.inference_mode():
             tensors = [self._tensor(array) for array in arrays]
             # To the host at once: CUDA-graph replays reuse their output buffers on the next call.
-            return self._numpy(self._batched(tensors, counts.pop() if counts else None, lambda t: t.to("cpu")))
+            return self._numpy(self._batched(tensors, count, lambda t: t.to("cpu")))
 
     def run_on_device(self, inputs: Mapping[str, torch.Tensor]) -> list[torch.Tensor]:
         """:meth:`run` for tensors already on the engine's device (the device path's), outputs left there as the
@@ -222,17 +197,24 @@ class TorchEngine:
         Raises:
             ValueError: as :meth:`run`.
         """
-        if set(inputs) != set(self.input_names):
-            raise ValueError(f"model inputs are {list(self.input_names)}, got {sorted(inputs)}")
-        tensors = [inputs[spec.name].to(self._device) for spec in self._inputs]
+        tensors, count = self._inputs_of(inputs, lambda t, _: t.to(self._device))
         tensors = [t.to(self._dtype) if t.is_floating_point() else t for t in tensors]
-        counts = {len(t) for t, spec in zip(tensors, self._inputs, strict=True) if spec.batched}
-        if len(counts) > 1:
-            raise ValueError(f"batched inputs disagree in size: {sorted(counts)}")
         # Copies where CUDA graphs replay: the next call reuses their output buffers.
         keep: Callable[[torch.Tensor], torch.Tensor] = torch.Tensor.clone if self._graphs else lambda t: t
         with self._lock, torch.inference_mode():
-            return self._batched(tensors, counts.pop() if counts else None, keep)
+            return self._batched(tensors, count, keep)
+
+    def _inputs_of(
+        self, inputs: Mapping[str, Any], convert: Callable[[Any, TensorSpec], Any]
+    ) -> tuple[list[Any], int | None]:
+        """The model's inputs in its order, each ``convert``ed, and how many items the batched ones hold."""
+        if set(inputs) != set(self.input_names):
+            raise ValueError(f"model inputs are {list(self.input_names)}, got {sorted(inputs)}")
+        items = [convert(inputs[spec.name], spec) for spec in self._inputs]
+        counts = {len(item) for item, spec in zip(items, self._inputs, strict=True) if spec.batched}
+        if len(counts) > 1:
+            raise ValueError(f"batched inputs disagree in size: {sorted(counts)}")
+        return items, counts.pop() if counts else None
 
     def _batched(
         self, tensors: list[torch.Tensor], count: int | None, keep: Callable[[torch.Tensor], torch.Tensor]
@@ -298,7 +280,7 @@ class TorchEngine:
         """A bucket's second run peaked at ``peak`` bytes above its start: update the per-item memory, keep it
         for the next process, refit."""
         self._peaks[bucket] = peak
-        per_item = _per_item(self._peaks)
+        per_item = per_item_bytes(self._peaks)
         if per_item <= 0 or per_item == self.per_item_bytes:
             return
         self.per_item_bytes = max(per_item, self.per_item_bytes or 0) if len(self._peaks) > 1 else per_item
@@ -379,17 +361,6 @@ class TorchEngine:
             "torch.compile (mode %s) failed; running this model eagerly (slower): %s",
             self._mode, self.stats.fallback_reason.splitlines()[0][:500],
         )  # fmt: skip
-
-
-def _per_item(peaks: Mapping[int, int]) -> int:
-    """The memory one more item costs: the slope between the smallest and largest measured buckets, or the one
-    bucket's peak divided by its size (an overestimate: it counts what the call costs at any size too)."""
-    sizes = sorted(peaks)
-    if len(sizes) == 1:
-        return peaks[sizes[0]] // sizes[0]
-    low, high = sizes[0], sizes[-1]
-    slope = (peaks[high] - peaks[low]) // (high - low)
-    return slope if slope > 0 else peaks[high] // high
 
 
 def _size(count: int | None) -> str:
