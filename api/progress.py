@@ -31,7 +31,7 @@ from api.schemas import (
     error_responses,
 )
 from api.slots import KeySlots, Slot
-from api.views import chunk_view, event_view, job_view, owned_job, tenant_names
+from api.views import chunk_view, event_view, job_view, tenant_names
 from shared import events
 from shared.db import session_scope
 from shared.errors import UnauthorizedError
@@ -39,7 +39,7 @@ from shared.models import INT32_MAX, INT64_MAX, Chunk, utcnow
 from shared.progress import progress_of
 from shared.settings import Settings
 from shared.states import FINISHED_JOB_STATES
-from shared.tenants import Principal, key_alive
+from shared.tenants import Principal, key_alive, owned_job
 
 router = APIRouter(prefix="/v1/jobs", tags=["progress"])
 
