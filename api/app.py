@@ -28,6 +28,7 @@ from shared.errors import (
     UnauthorizedError,
     public_message,
 )
+from shared.farm import Farm
 from shared.settings import Settings, get_settings
 from shared.storage import Storage
 
@@ -56,6 +57,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.storage = Storage.from_settings(resolved)
         app.state.celery = celery
         app.state.dispatcher = CeleryDispatcher(celery)
+        app.state.farm = Farm(resolved, app.state.storage, app.state.dispatcher)  # what submissions act through
         app.state.metrics = metrics.registry_for(resolved.database_url, celery, lease_seconds=resolved.lease_seconds)
         app.state.upload_slots = KeySlots(resolved.max_uploads_per_key, code="too_many_uploads", what="uploads")
         app.state.stream_slots = KeySlots(resolved.max_streams_per_key, code="too_many_streams", what="event streams")

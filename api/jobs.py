@@ -5,7 +5,6 @@ Every route acts for the caller's tenant (``api.auth``); a job of another tenant
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import shutil
@@ -25,21 +24,18 @@ from api.auth import Caller
 from api.references import create_job_from_json
 from api.schemas import JOB_ID_EXAMPLE, SUBMISSION_BODY, JobList, JobView, error_responses
 from api.slots import KeySlots
-from api.uploads import JobForm, accept_job, read_job_form
-from api.views import job_view, owned_job, page_progress, tenant_names
-from api.webhooks import checked_callback
+from api.uploads import accept_job, read_job_form
+from api.views import job_view, page_progress, tenant_names
 from shared import control
 from shared.db import session_scope
-from shared.dispatch import send_all
-from shared.errors import ConflictError, ForbiddenError, GoneError, InvalidOptionsError
-from shared.models import Job, Tenant, utcnow
+from shared.errors import ForbiddenError, InvalidOptionsError
+from shared.models import Job, Tenant
 from shared.options import JobOptions
 from shared.progress import progress_of
 from shared.settings import Settings
 from shared.states import JobStatus
-from shared.submission import Idempotency
-from shared.tasks import MAX_PRIORITY
-from shared.tenants import Principal
+from shared.submission import Submission
+from shared.tenants import Principal, owned_job
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
@@ -92,19 +88,6 @@ def _first_error(exc: ValidationError) -> str:
     return f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}"
 
 
-def _request_hash(form: JobForm, options: JobOptions) -> str:
-    """What makes two submissions the same request: the files' contents and names, options, priority, callback."""
-    digest: dict[str, object] = {
-        "target": [form.target.sha256, form.target.upload.name],
-        "sources": [s.sha256 for s in form.sources],
-        "options": options.model_dump(mode="json"),
-        "priority": form.priority,
-    }
-    if form.callback_url is not None:
-        digest["callback_url"] = form.callback_url
-    return hashlib.sha256(json.dumps(digest, sort_keys=True).encode()).hexdigest()
-
-
 def read_job(settings: Settings, caller: Principal, job_id: str) -> JobView:
     with session_scope(settings.database_url) as session:
         job = owned_job(session, caller, job_id)
@@ -150,15 +133,11 @@ async def _create_job(
     folder = Path(tempfile.mkdtemp(prefix="swapfarm-upload-"))
     try:
         form = await read_job_form(request, folder, settings)
-        if form.priority > MAX_PRIORITY and not caller.admin:
-            raise ForbiddenError(f"priority {form.priority}, the farm-wide urgent band, needs an admin key")
-        options = _parse_options(form.options)
-        callback_url = await checked_callback(settings, form.callback_url)
-        job_id = await accept_job(
-            request, target=form.target.upload, sources=[s.upload for s in form.sources], options=options,
-            tenant_id=caller.tenant_id, priority=form.priority, callback_url=callback_url,
-            idempotency=Idempotency(idempotency_key, _request_hash(form, options)) if idempotency_key else None,
+        job = Submission(
+            target=form.target.upload, sources=[s.upload for s in form.sources], options=_parse_options(form.options),
+            priority=form.priority, callback_url=form.callback_url, idempotency_key=idempotency_key,
         )  # fmt: skip
+        job_id = await accept_job(request, caller, job)
     finally:
         await run_in_threadpool(shutil.rmtree, folder, True)
     return await _accepted(settings, caller, job_id)
@@ -255,37 +234,13 @@ def get_job(request: Request, caller: Caller, job_id: JobId) -> JobView:
 def cancel_job(request: Request, caller: Caller, job_id: JobId) -> JobView:
     """Cancel a job that has not ended: queued chunks are dropped, running ones stop after their current batch,
     and the job's files are deleted. Cancelling a cancelled job again answers it unchanged."""
-    settings: Settings = request.app.state.settings
-    with session_scope(settings.database_url) as session:
-        job = owned_job(session, caller, job_id)
-        already = job.status == JobStatus.CANCELLED
-        outcome = control.Outcome(False) if already else control.cancel_job(
-            session, job.id, settings.max_running_jobs_per_tenant
-        )  # fmt: skip
-    if not already and not outcome.changed:
-        raise ConflictError(f"job {job_id} has ended; it cannot be cancelled", code="job_not_cancellable")
-    send_all(request.app.state.dispatcher, outcome.messages)
-    storage = request.app.state.storage
-    storage.delete(storage.job_url(job_id), recursive=True)
-    return read_job(settings, caller, job_id)
+    control.cancel(request.app.state.farm, caller, job_id)
+    return read_job(request.app.state.settings, caller, job_id)
 
 
 @router.post("/{job_id}/retry", status_code=202, response_model=JobView, responses=error_responses(404, 409, 410))
 def retry_job(request: Request, caller: Caller, job_id: JobId) -> JobView:
     """Run a failed job again: only its chunks that are not done are rendered again (attempt counts go on).
-    The job waits for the tenant's limit like a new one."""
-    settings: Settings = request.app.state.settings
-    with session_scope(settings.database_url) as session:
-        job = owned_job(session, caller, job_id)
-        past = job.finished_at is not None and utcnow() - job.finished_at > timedelta(
-            seconds=settings.output_ttl_seconds
-        )
-        if job.expired_at is not None or past:
-            raise GoneError(f"job {job_id}: its files were deleted after the retention time", code="job_expired")
-        outcome = control.retry_job(
-            session, job.id, settings.max_running_jobs_per_tenant, ttl_seconds=settings.output_ttl_seconds
-        )
-    if not outcome.changed:
-        raise ConflictError(f"job {job_id} has not failed; only a failed job can be retried", code="job_not_retryable")
-    send_all(request.app.state.dispatcher, outcome.messages)
-    return read_job(settings, caller, job_id)
+    The job waits for the tenant's limit like a new one; past the retention time it answers 410 ``job_expired``."""
+    control.retry(request.app.state.farm, caller, job_id)
+    return read_job(request.app.state.settings, caller, job_id)

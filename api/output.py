@@ -13,12 +13,12 @@ from fastapi.responses import StreamingResponse
 
 from api.auth import Caller
 from api.schemas import JOB_ID_EXAMPLE, error_responses
-from api.views import owned_job
 from shared.db import session_scope
 from shared.errors import ConflictError, GoneError, RangeNotSatisfiableError
 from shared.settings import Settings
 from shared.states import JobStatus
 from shared.storage import Storage
+from shared.tenants import owned_job
 
 router = APIRouter(prefix="/v1/jobs", tags=["output"])
 

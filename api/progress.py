@@ -31,15 +31,15 @@ from api.schemas import (
     error_responses,
 )
 from api.slots import KeySlots, Slot
-from api.views import chunk_view, event_view, job_view, owned_job, tenant_names
+from api.views import chunk_view, event_view, job_view, tenant_names
 from shared import events
 from shared.db import session_scope
 from shared.errors import UnauthorizedError
-from shared.models import Chunk, utcnow
+from shared.models import INT32_MAX, INT64_MAX, Chunk, utcnow
 from shared.progress import progress_of
 from shared.settings import Settings
 from shared.states import FINISHED_JOB_STATES
-from shared.tenants import Principal, key_alive
+from shared.tenants import Principal, key_alive, owned_job
 
 router = APIRouter(prefix="/v1/jobs", tags=["progress"])
 
@@ -58,7 +58,7 @@ def list_chunks(
     request: Request,
     caller: Caller,
     job_id: JobId,
-    after: Annotated[int, Query(ge=-1, le=2**31, description="Only chunks with a larger index")] = -1,
+    after: Annotated[int, Query(ge=-1, le=INT32_MAX, description="Only chunks with a larger index")] = -1,
     limit: Annotated[int, Query(ge=1, le=1000, description="Chunks per page")] = 500,
 ) -> ChunkList:
     """The job's chunks in order, a page at a time, with their state, attempts, worker and latest error (empty
@@ -77,7 +77,7 @@ def list_events(
     request: Request,
     caller: Caller,
     job_id: JobId,
-    after: Annotated[int, Query(ge=0, le=2**62, description="Only events with a larger id")] = 0,
+    after: Annotated[int, Query(ge=0, le=INT64_MAX, description="Only events with a larger id")] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 200,
 ) -> EventList:
     """The job's event log, oldest first: state changes, chunk attempts with their workers, errors, retries."""
@@ -164,7 +164,7 @@ async def stream_events(
     caller: Caller,
     job_id: JobId,
     last_event_id: Annotated[
-        int | None, Header(alias="Last-Event-ID", ge=0, le=2**62, description="Resume after this event")
+        int | None, Header(alias="Last-Event-ID", ge=0, le=INT64_MAX, description="Resume after this event")
     ] = None,
     max_seconds: Annotated[
         int, Query(ge=1, le=3600, description="End the stream after this long; clients reconnect")
@@ -175,7 +175,7 @@ async def stream_events(
     A key has at most ``max_streams_per_key`` streams open (429 ``too_many_streams``); a stream whose key is
     revoked ends with an ``error`` event."""
     settings: Settings = request.app.state.settings
-    await run_in_threadpool(_poll, settings, caller, job_id, 2**62)  # 404 before the stream starts
+    await run_in_threadpool(_poll, settings, caller, job_id, INT64_MAX)  # 404 before the stream starts
     slots: KeySlots = request.app.state.stream_slots
     slot = slots.take(caller.key_id)
     stream = _held(slot, _stream(request, settings, caller, job_id, last_event_id or 0, max_seconds))

@@ -11,7 +11,6 @@ source limits as uploads), so a job never depends on a file someone may change o
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import posixpath
 import re
@@ -27,12 +26,10 @@ from pydantic import ValidationError
 
 from api.schemas import InputRef, JobRequest
 from api.uploads import accept_job
-from api.webhooks import checked_callback
-from shared.errors import ForbiddenError, InputUrlError, InvalidOptionsError, RequestInvalidError, TooLargeError
+from shared.errors import InputUrlError, InvalidOptionsError, RequestInvalidError, TooLargeError
 from shared.settings import Settings
 from shared.storage import Storage
-from shared.submission import Idempotency, Upload
-from shared.tasks import MAX_PRIORITY
+from shared.submission import Submission, Upload, screen
 from shared.tenants import Principal
 
 JSON_LIMIT = 256 * 1024  # bytes of a JSON submission
@@ -103,7 +100,7 @@ def fetch(settings: Settings, ref: InputRef, local: Path, limit: int, code: str)
     except OSError as exc:
         raise InputUrlError(f"{ref.url} could not be read ({type(exc).__name__})", code="input_missing") from exc
     name = ref.name or posixpath.basename(urlsplit(ref.url).path)
-    return Fetched(Upload(path=local, name=name), digest.hexdigest())
+    return Fetched(Upload(path=local, name=name, sha256=digest.hexdigest()), digest.hexdigest())
 
 
 async def _body(request: Request) -> bytes:
@@ -137,42 +134,35 @@ async def create_job_from_json(
 ) -> str:
     """Accept a JSON submission; returns the job's id (see the module's docstring for what may be referenced).
 
+    The decisions that need no file (``shared.submission.screen``: the priority, the sources, the callback) are
+    asked before any reference is read; ``submit`` makes them again with the rest.
+
     Raises:
-        ForbiddenError: the admin band's priority without an admin key.
+        What ``shared.submission.submit`` raises; InputUrlError, TooLargeError: a reference is refused.
     """
-    job = parse(await _body(request))
-    if job.priority > MAX_PRIORITY and not caller.admin:
-        raise ForbiddenError(f"priority {job.priority}, the farm-wide urgent band, needs an admin key")
-    if len(job.sources) > settings.max_sources:
-        raise RequestInvalidError(
-            f"sources: at most {settings.max_sources} source images per job", code="too_many_sources"
+    body = parse(await _body(request))
+    await run_in_threadpool(
+        lambda: screen(
+            settings, caller, priority=body.priority, sources=len(body.sources), callback_url=body.callback_url
         )
-    callback_url = await checked_callback(settings, job.callback_url)
-    for ref in (job.target, *job.sources):  # refuse a bad reference before reading any
+    )
+    for ref in (body.target, *body.sources):  # refuse a bad reference before reading any
         allowed_url(ref.url, settings.input_url_prefixes)
     folder = Path(tempfile.mkdtemp(prefix="swapfarm-fetch-"))
     try:
         target = await run_in_threadpool(
-            fetch, settings, job.target, folder / "target", settings.max_upload_bytes, "upload_too_large"
+            fetch, settings, body.target, folder / "target", settings.max_upload_bytes, "upload_too_large"
         )
         sources = [
             await run_in_threadpool(
                 fetch, settings, ref, folder / f"source-{i}", settings.max_source_bytes, "source_too_large"
             )
-            for i, ref in enumerate(job.sources)
+            for i, ref in enumerate(body.sources)
         ]
-        digest = {
-            "target": [target.sha256, target.upload.name],
-            "sources": [s.sha256 for s in sources],
-            "options": job.options.model_dump(mode="json"),
-            "priority": job.priority,
-            "callback_url": callback_url,
-        }
-        request_hash = hashlib.sha256(json.dumps(digest, sort_keys=True).encode()).hexdigest()
-        return await accept_job(
-            request, target=target.upload, sources=[s.upload for s in sources], options=job.options,
-            tenant_id=caller.tenant_id, priority=job.priority, callback_url=callback_url,
-            idempotency=Idempotency(idempotency_key, request_hash) if idempotency_key else None,
+        job = Submission(
+            target=target.upload, sources=[s.upload for s in sources], options=body.options,
+            priority=body.priority, callback_url=body.callback_url, idempotency_key=idempotency_key,
         )  # fmt: skip
+        return await accept_job(request, caller, job)
     finally:
         await run_in_threadpool(shutil.rmtree, folder, True)

@@ -22,10 +22,10 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect, Request
 
 from shared.errors import RequestInvalidError, RequestTimeoutError, TooLargeError
-from shared.options import JobOptions
 from shared.settings import Settings
-from shared.submission import Idempotency, MediaLimits, Owner, Upload, submit
-from shared.tasks import ADMIN_PRIORITY, DEFAULT_PRIORITY, MAX_PRIORITY, MIN_PRIORITY
+from shared.submission import Submission, Upload, submit
+from shared.tasks import DEFAULT_PRIORITY
+from shared.tenants import Principal
 
 if TYPE_CHECKING:
     from python_multipart.multipart import MultipartCallbacks
@@ -170,8 +170,9 @@ class _FormReader:
         part.handle.close()
         part.handle = None
         assert part.path is not None
-        upload = Upload(path=part.path, name=part.filename or part.name)
-        self.files[part.name].append(StoredFile(upload, part.digest.hexdigest(), part.size))
+        sha256 = part.digest.hexdigest()
+        upload = Upload(path=part.path, name=part.filename or part.name, sha256=sha256)
+        self.files[part.name].append(StoredFile(upload, sha256, part.size))
 
     def on_end(self) -> None:
         self.ended = True
@@ -200,17 +201,13 @@ def _printable(text: str) -> str:
 
 
 def _priority(raw: str | None) -> int:
+    """The form's priority as a number (whether the caller may have it is :func:`shared.submission.screen`'s)."""
     if raw is None or not raw.strip():
         return DEFAULT_PRIORITY
     try:
-        value = int(raw.strip())
-    except ValueError:
-        value = -1
-    if not MIN_PRIORITY <= value <= ADMIN_PRIORITY:
-        raise RequestInvalidError(
-            f"priority: an integer from {MIN_PRIORITY} to {MAX_PRIORITY} ({ADMIN_PRIORITY} with an admin key)"
-        )
-    return value
+        return int(raw.strip())
+    except ValueError as exc:
+        raise RequestInvalidError(f"priority: an integer, not {_printable(raw.strip())[:20]!r}") from exc
 
 
 # After the read timeout, how long the body may still take to show what already arrived: a server whose event loop
@@ -293,37 +290,12 @@ async def read_job_form(
     return reader.form()
 
 
-async def accept_job(
-    request: Request,
-    *,
-    target: Upload,
-    sources: list[Upload],
-    options: JobOptions,
-    tenant_id: str,
-    priority: int,
-    callback_url: str | None,
-    idempotency: Idempotency | None = None,
-) -> str:
-    """Accept a job whose inputs are local files now (``shared.submission.submit``, off the event loop) with this
-    application's storage, dispatcher, quotas and media limits: the one call behind ``POST /v1/jobs`` (an upload or
-    a JSON body naming URLs) and the console's submit form. ``callback_url`` is checked already.
+async def accept_job(request: Request, caller: Principal, job: Submission) -> str:
+    """Submit ``job`` for ``caller`` through this application's farm (``shared.submission.submit``, which makes
+    every decision, off the event loop): the one call behind ``POST /v1/jobs`` (an upload or a JSON body naming
+    URLs) and the console's submit form.
 
     Raises:
         What ``submit`` raises.
     """
-    settings: Settings = request.app.state.settings
-    return await run_in_threadpool(
-        lambda: submit(
-            database_url=settings.database_url,
-            storage=request.app.state.storage,
-            dispatcher=request.app.state.dispatcher,
-            target=target,
-            sources=sources,
-            options=options,
-            owner=Owner.of(settings, tenant_id),
-            priority=priority,
-            idempotency=idempotency,
-            limits=MediaLimits.of(settings),
-            callback_url=callback_url,
-        )
-    )
+    return await run_in_threadpool(submit, request.app.state.farm, caller, job)

@@ -1,8 +1,8 @@
-"""Rows to resources: what a job, a chunk and an event look like to a client, and which jobs a caller may see."""
+"""Rows to resources: what a job, a chunk and an event look like to a client (which jobs a caller may see:
+``shared.tenants.owned_job``)."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from datetime import timedelta
 
@@ -10,30 +10,12 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from api.schemas import ChunkCounts, ChunkView, ErrorDetail, EventView, JobView, ProgressView
-from shared.errors import NotFoundError
 from shared.events import EventKind
 from shared.models import Chunk, Job, JobEvent, Tenant
 from shared.progress import Progress
 from shared.settings import Settings
 from shared.states import ChunkStatus, JobStatus
 from shared.tenants import Principal
-
-JOB_ID = re.compile(r"[0-9a-f]{32}")
-
-
-def owned_job(session: Session, caller: Principal, job_id: str) -> Job:
-    """The job, if the caller may see it: its own tenant's, or any for an admin key.
-
-    Raises:
-        NotFoundError: no such job, or another tenant's — the same answer, so nothing says which.
-    """
-    query = select(Job).where(Job.id == job_id)
-    if not caller.admin:
-        query = query.where(Job.tenant_id == caller.tenant_id)
-    job = session.scalars(query).one_or_none() if JOB_ID.fullmatch(job_id) else None
-    if job is None:
-        raise NotFoundError(f"no job {job_id}")
-    return job
 
 
 def tenant_names(session: Session, caller: Principal, rows: Sequence[Job]) -> dict[str, str]:

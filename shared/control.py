@@ -3,6 +3,11 @@
 Each is one transaction of conditional UPDATEs, with its event, and with the admission it makes possible:
 a cancelled job frees a place for the tenant's next waiting job; a retried one waits for a place like a new one.
 Callers commit, then send the returned messages and delete files (Postgres first, then Redis and storage).
+
+:func:`cancel` and :func:`retry` are what a caller asks for, whichever entry point carried it (``/v1`` and the
+console): each makes every decision — the caller's right to the job (another tenant's is not found), its state,
+the retention time — then commits, sends and deletes. ``tests/api/test_one_submit_path.py`` walks the API's source
+for a route that changes a job any other way.
 """
 
 from __future__ import annotations
@@ -12,12 +17,67 @@ from datetime import timedelta
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
+from shared.db import session_scope
+from shared.dispatch import send_all
+from shared.errors import JobExpiredError, NotCancellableError, NotRetryableError
 from shared.events import EventKind, record
+from shared.farm import Farm
 from shared.lifecycle import Note, Outcome, admit, end_job, lock_owner, transition
 from shared.models import Chunk, Job, utcnow
 from shared.states import FINISHED_JOB_STATES, ChunkStatus, JobStatus
+from shared.tenants import Principal, owned_job
 
-__all__ = ["Outcome", "cancel_job", "expire_due", "forget_chunks", "leftover_chunks", "mark_expired", "retry_job"]
+__all__ = [
+    "Outcome",
+    "cancel",
+    "cancel_job",
+    "expire_due",
+    "forget_chunks",
+    "leftover_chunks",
+    "mark_expired",
+    "retry",
+    "retry_job",
+]
+
+
+def cancel(farm: Farm, caller: Principal, job_id: str) -> None:
+    """Cancel the caller's job that has not ended, and delete its files; a cancelled job again is no change.
+
+    Raises:
+        NotFoundError: no such job, or another tenant's.
+        NotCancellableError: ``job_not_cancellable``: the job has ended otherwise.
+    """
+    settings = farm.settings
+    with session_scope(settings.database_url) as session:
+        job = owned_job(session, caller, job_id)
+        already = job.status == JobStatus.CANCELLED
+        outcome = Outcome(False) if already else cancel_job(session, job.id, settings.max_running_jobs_per_tenant)
+    if not already and not outcome.changed:
+        raise NotCancellableError(f"job {job_id} has ended; it cannot be cancelled")
+    send_all(farm.dispatcher, outcome.messages)
+    farm.storage.delete(farm.storage.job_url(job_id), recursive=True)
+
+
+def retry(farm: Farm, caller: Principal, job_id: str) -> None:
+    """Run the caller's failed job again (:func:`retry_job`), unless its files are past the retention time.
+
+    Raises:
+        NotFoundError: no such job, or another tenant's.
+        JobExpiredError: ``job_expired``: the job finished longer ago than ``output_ttl_seconds`` (its inputs are
+            deleted, or about to be).
+        NotRetryableError: ``job_not_retryable``: the job has not failed.
+    """
+    settings = farm.settings
+    ttl = settings.output_ttl_seconds
+    with session_scope(settings.database_url) as session:
+        job = owned_job(session, caller, job_id)
+        past = job.finished_at is not None and utcnow() - job.finished_at > timedelta(seconds=ttl)
+        if job.expired_at is not None or past:
+            raise JobExpiredError(f"job {job_id}: its files were deleted after the retention time")
+        outcome = retry_job(session, job.id, settings.max_running_jobs_per_tenant, ttl_seconds=ttl)
+    if not outcome.changed:
+        raise NotRetryableError(f"job {job_id} has not failed; only a failed job can be retried")
+    send_all(farm.dispatcher, outcome.messages)
 
 
 def cancel_job(session: Session, job_id: str, default_limit: int) -> Outcome:

@@ -24,7 +24,7 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 
-from shared.errors import InvalidOptionsError, ResolutionError, TrimOutOfRangeError
+from shared.errors import InvalidOptionsError, TrimOutOfRangeError
 from shared.options import JobOptions
 
 # Rates the NTSC family writes as 29.97 and the like: a caller's 29.97 means 30000/1001.
@@ -147,14 +147,39 @@ def check_chain(options: JobOptions) -> None:
     render_sizes(2, 2, options)  # the output_height rule does not depend on the size
 
 
-def check_output_size(width: int, height: int, options: JobOptions, max_pixels: int) -> None:
-    """Raises:
-    MediaLimitError: ``resolution_too_large``: the output would have more pixels a frame than ``max_pixels``.
-    InvalidOptionsError: see :func:`render_sizes`.
+@dataclass(frozen=True)
+class JobOutput:
+    """What a job writes: ``frames`` frames of ``width`` x ``height``."""
+
+    frames: int
+    width: int
+    height: int
+
+    @property
+    def frame_pixels(self) -> int:
+        return self.width * self.height
+
+    @property
+    def pixels(self) -> int:
+        return self.frames * self.frame_pixels
+
+
+def job_output(width: int, height: int, options: JobOptions, *, frames: int, seconds: Fraction | float) -> JobOutput:
+    """What a job writes from the ``frames`` frames it renders (its range, after the trim), which last
+    ``seconds``: as many frames, or with ``output_fps`` as many as the resampling makes of those seconds, at the
+    output size (``output_height``, times the frame enhancer's scale).
+
+    >>> job_output(64, 36, JobOptions(output_fps=240, output_height=4320), frames=20, seconds=20)
+    JobOutput(frames=4800, width=7680, height=4320)
+    >>> job_output(480, 480, JobOptions(processors=["frame_enhancer"]), frames=10, seconds=Fraction(1, 3))
+    JobOutput(frames=10, width=960, height=960)
+
+    Raises:
+        InvalidOptionsError: see :func:`render_sizes`.
     """
     out_w, out_h = render_sizes(width, height, options).output
-    if out_w * out_h > max_pixels:
-        raise ResolutionError(f"an output of {out_w}x{out_h} is over the limit of {max_pixels} pixels a frame")
+    count = frames if options.output_fps is None else resampled_frames(seconds, options.output_fps)
+    return JobOutput(count, out_w, out_h)
 
 
 def output_rate(output_fps: float) -> Fraction:

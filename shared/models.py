@@ -27,6 +27,11 @@ from sqlalchemy.types import TypeDecorator
 
 from shared.states import ChunkStatus, JobStatus
 
+# The largest value an ``Integer`` (Postgres int4) and a ``BigInteger`` (int8) column hold: a number a request
+# compares with a column is bounded by these (a larger one would fail in the database, not in validation).
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+
 
 def utcnow() -> datetime:
     return datetime.now(UTC)

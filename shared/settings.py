@@ -42,8 +42,16 @@ class Settings(BaseSettings):
     max_source_bytes: int = Field(20 * 1024**2, gt=0, description="Largest source image, in bytes")
     max_sources: int = Field(8, ge=0, description="Most source images per job")
     max_duration_seconds: float = Field(4 * 3600.0, gt=0, description="Longest target video")
-    max_frame_pixels: int = Field(7680 * 4320, gt=0, description="Largest frame (width x height) of a target")
-    max_frames: int = Field(2_000_000, gt=0, description="Most frames in a target video")
+    max_frame_pixels: int = Field(
+        7680 * 4320, gt=0, description="Largest frame (width x height) of a target, and of a job's output"
+    )
+    max_frames: int = Field(2_000_000, gt=0, description="Most frames in a target video, and in a job's output")
+    max_output_pixels: int = Field(
+        3840 * 2160 * 60 * 4 * 3600,
+        gt=0,
+        description="Most pixels a job writes (output frames x width x height, after output_fps, trim, "
+        "output_height and frame_enhancer); the default is four hours of 2160p at 60 fps",
+    )
     content_policy: bool = Field(
         False,
         description="Refuse target videos the NSFW analysers flag (FaceFusion's three models, 2 of 3 per frame, "

@@ -1,8 +1,15 @@
-"""Accepting a job: validate, store the inputs, insert the row, commit, then enqueue the plan.
+"""Accepting a job: every decision about a submission, then store the inputs, insert the row, commit, enqueue.
 
-The API and ``swapfarm run`` both submit through :func:`submit`, so a job is accepted by the same rules either
-way. Nothing is stored for a refused job: inputs are validated from local files before the first upload, and a
-failure after that removes what was written.
+:func:`submit` is the one way a job is made: ``POST /v1/jobs`` (a multipart upload or a JSON body naming URLs),
+the console's submit form and ``swapfarm run`` all call it, so a job is accepted by the same rules whichever way it
+came (``tests/api/test_one_submit_path.py`` walks the API's source for any other). It decides, in this order: the
+caller's rights (the admin band, priority 10, needs an admin key; :func:`screen`), the number of sources, the
+callback URL (``shared.webhooks.check_callback_url``), the idempotency key, the tenant's quotas, the options beyond
+their schema, the target's limits and what the job will write (``shared.limits``), and the sources. Entry points
+only read their wire format into a :class:`Submission`.
+
+Nothing is stored for a refused job: inputs are validated from local files before the first upload, and a failure
+after that removes what was written.
 
 Stored files get names the server chooses: ``target`` with the extension of the container ffprobe found (only
 whitelisted ones, see ``shared.media``), ``source-<i>`` with the extension of the image format its header shows.
@@ -16,9 +23,11 @@ job; the other answers with that job, or with a conflict when its request differ
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from sqlalchemy import select
@@ -28,41 +37,87 @@ from sqlalchemy.orm import Session
 from shared import jobs, quotas
 from shared.admission import lock_tenant
 from shared.db import session_scope
-from shared.dispatch import Dispatcher, send_all
-from shared.errors import IdempotencyConflictError, InvalidOptionsError, MediaLimitError
+from shared.dispatch import send_all
+from shared.errors import (
+    ForbiddenError,
+    IdempotencyConflictError,
+    InvalidOptionsError,
+    RequestInvalidError,
+    TooManySourcesError,
+)
 from shared.events import EventKind, record
-from shared.framing import check_chain, check_output_size, check_trim
+from shared.farm import Farm
+from shared.framing import check_chain, check_trim
 from shared.lifecycle import admit
-from shared.media import MediaInfo, probe, probe_image
+from shared.limits import MediaLimits
+from shared.media import probe, probe_image
 from shared.models import Job, new_id
 from shared.options import JobOptions
 from shared.settings import Settings
-from shared.storage import Storage
-from shared.tasks import DEFAULT_PRIORITY, PLAN, message
+from shared.tasks import ADMIN_PRIORITY, DEFAULT_PRIORITY, MAX_PRIORITY, MIN_PRIORITY, PLAN, message
+from shared.tenants import Principal
+from shared.webhooks import check_callback_url
+
+__all__ = ["Submission", "Upload", "screen", "submit"]
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class Upload:
-    """A submitted file, already on local disk; ``name`` is the client's file name (never used as a path)."""
+    """A submitted file, already on local disk; ``name`` is the client's file name (never used as a path);
+    ``sha256`` its digest where the reader took it as the bytes came (else it is read when needed)."""
 
     path: Path
     name: str
+    sha256: str | None = None
+
+    def digest(self) -> str:
+        if self.sha256 is not None:
+            return self.sha256
+        digest = hashlib.sha256()
+        with self.path.open("rb") as handle:
+            while block := handle.read(1 << 20):
+                digest.update(block)
+        return digest.hexdigest()
 
 
 @dataclass(frozen=True)
-class Owner:
+class Submission:
+    """What a caller asks for, whichever entry point carried it."""
+
+    target: Upload
+    sources: Sequence[Upload] = ()
+    options: JobOptions = field(default_factory=JobOptions)
+    priority: int = DEFAULT_PRIORITY
+    callback_url: str | None = None
+    idempotency_key: str | None = None
+
+    def request_hash(self) -> str:
+        """What makes two submissions the same request: the files' contents, the target's name, the options,
+        the priority and the callback."""
+        digest: dict[str, object] = {
+            "target": [self.target.digest(), self.target.name],
+            "sources": [s.digest() for s in self.sources],
+            "options": self.options.model_dump(mode="json"),
+            "priority": self.priority,
+        }
+        if self.callback_url is not None:
+            digest["callback_url"] = self.callback_url
+        return hashlib.sha256(json.dumps(digest, sort_keys=True).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class _Owner:
     """The tenant a job belongs to, its limit of jobs running at once when the tenant row sets none, and its
-    quotas (none: no quota)."""
+    quotas."""
 
     tenant_id: str
     default_limit: int
-    quotas: quotas.Quotas | None = None
+    quotas: quotas.Quotas
 
     @classmethod
-    def of(cls, settings: Settings, tenant_id: str) -> Owner:
-        """The tenant's owner record with the farm's default limit and quotas."""
+    def of(cls, settings: Settings, tenant_id: str) -> _Owner:
         return cls(
             tenant_id=tenant_id,
             default_limit=settings.max_running_jobs_per_tenant,
@@ -70,95 +125,71 @@ class Owner:
         )
 
 
-@dataclass(frozen=True)
-class Idempotency:
-    """An Idempotency-Key and the digest of the request that carried it."""
+def screen(
+    settings: Settings, caller: Principal | None, *, priority: int, sources: int, callback_url: str | None
+) -> None:
+    """The decisions that need no file: the caller's right to the priority, the number of sources, the callback
+    URL. :func:`submit` makes them first; an entry point that must fetch its inputs (a JSON body's references)
+    asks before it reads any, so that a refused request reads nothing.
 
-    key: str
-    request_hash: str
-
-
-@dataclass(frozen=True)
-class MediaLimits:
-    max_duration_seconds: float
-    max_frame_pixels: int
-    max_frames: int
-    max_source_pixels: int | None = None
-
-    @classmethod
-    def of(cls, settings: Settings) -> MediaLimits:
-        """The limits every submission is checked against (duration, frame size, frames, source pixels)."""
-        return cls(
-            max_duration_seconds=settings.max_duration_seconds,
-            max_frame_pixels=settings.max_frame_pixels,
-            max_frames=settings.max_frames,
-            max_source_pixels=settings.max_source_pixels,
-        )
-
-    def check(self, media: MediaInfo) -> None:
-        """Raises:
-        MediaLimitError: ``media_too_long``, ``resolution_too_large`` or ``too_many_frames``.
-        """
-        if media.duration > self.max_duration_seconds:
-            raise MediaLimitError(
-                f"the video lasts {media.duration:.1f}s; the limit is {self.max_duration_seconds:.0f}s",
-                code="media_too_long",
-            )
-        if media.width * media.height > self.max_frame_pixels:
-            raise MediaLimitError(
-                f"frames of {media.width}x{media.height} are over the limit of {self.max_frame_pixels} pixels",
-                code="resolution_too_large",
-            )
-        frames = media.frame_count or round(media.duration * media.fps_value)
-        if frames > self.max_frames:
-            raise MediaLimitError(
-                f"the video has about {frames} frames; the limit is {self.max_frames}", code="too_many_frames"
-            )
-
-
-def submit(
-    *,
-    database_url: str,
-    storage: Storage,
-    dispatcher: Dispatcher,
-    target: Upload,
-    sources: Sequence[Upload],
-    options: JobOptions,
-    owner: Owner | None = None,
-    priority: int = DEFAULT_PRIORITY,
-    idempotency: Idempotency | None = None,
-    limits: MediaLimits | None = None,
-    callback_url: str | None = None,
-) -> str:
-    """Accept a job and return its id (an earlier job's id when ``idempotency`` matches one).
-
-    ``callback_url`` must have been checked by the caller (``shared.webhooks.check_callback_url``).
+    ``caller`` ``None`` is the machine's own user (``swapfarm run``): any priority, no tenant.
 
     Raises:
+        ForbiddenError: the admin band's priority without an admin key.
+        RequestInvalidError: a priority outside 0 … 10; ``too_many_sources``.
+        CallbackUrlError: the callback URL is refused (``callback_url_invalid``, ``callback_url_forbidden``).
+    """
+    if not MIN_PRIORITY <= priority <= ADMIN_PRIORITY:
+        raise RequestInvalidError(
+            f"priority: an integer from {MIN_PRIORITY} to {MAX_PRIORITY} ({ADMIN_PRIORITY} with an admin key)"
+        )
+    if priority > MAX_PRIORITY and caller is not None and not caller.admin:
+        raise ForbiddenError(f"priority {priority}, the farm-wide urgent band, needs an admin key")
+    if sources > settings.max_sources:
+        raise TooManySourcesError(f"source: at most {settings.max_sources} source images per job")
+    if callback_url is not None:
+        check_callback_url(
+            callback_url, production=settings.environment == "production", allowed=settings.webhook_allowed_networks
+        )
+
+
+def submit(farm: Farm, caller: Principal | None, job: Submission) -> str:
+    """Accept a job for ``caller`` (``None``: ``swapfarm run``'s own user, no tenant, no quota) and return its id
+    (an earlier job's id when the tenant's ``idempotency_key`` matches one made by the same request).
+
+    Raises:
+        ForbiddenError, RequestInvalidError, CallbackUrlError: see :func:`screen`.
+        IdempotencyConflictError: the tenant used the idempotency key for a different request.
+        TooManyRequestsError: the tenant is at a quota.
         MediaFormatError: the target is not in a container the farm reads (a playlist, a manifest, a script).
         NotAVideoError, UnreadableMediaError: the target is not a readable video.
-        MediaLimitError: the target, or the output size the options ask for, is over one of ``limits``.
+        MediaLimitError: the target, or what the job would write, is over a limit (``shared.limits``).
         SourceImageError: a source is not an image, or is over the pixel limit.
         InvalidOptionsError: the options need a source image and none was given, or the trim range ends
             where it starts or before; ``trim_out_of_range``: it lies outside the frames the header declares.
-        IdempotencyConflictError: the tenant used the idempotency key for a different request.
-        TooManyRequestsError: the tenant is at a quota (``owner.quotas``).
     """
-    if owner is not None and idempotency is not None:
+    settings, storage = farm.settings, farm.storage
+    database_url = settings.database_url
+    target, sources, options, priority = job.target, job.sources, job.options, job.priority
+    screen(settings, caller, priority=priority, sources=len(sources), callback_url=job.callback_url)
+    owner = _Owner.of(settings, caller.tenant_id) if caller is not None else None
+    key = job.idempotency_key if owner is not None else None
+    request_hash = job.request_hash() if key is not None else None
+    if owner is not None and key is not None and request_hash is not None:
         with session_scope(database_url) as session:
-            earlier = _earlier(session, owner, idempotency)
+            earlier = _earlier(session, owner, key, request_hash)
         if earlier is not None:
             return earlier
     size = target.path.stat().st_size + sum(s.path.stat().st_size for s in sources)
-    if owner is not None and owner.quotas is not None:  # early, before the work of probing; decided again below
+    if owner is not None:  # early, before the work of probing; decided again below
         with session_scope(database_url) as session:
             quotas.check(session, owner.tenant_id, owner.quotas, new_bytes=size)
     check_chain(options)
+    limits = MediaLimits.of(settings)
     media = probe(target.path)
-    if limits is not None:
-        limits.check(media)
-        check_output_size(media.width, media.height, options, limits.max_frame_pixels)
+    limits.check(media)
     check_trim(options, media.frame_count or None)  # no count in the header: the planner checks the range
+    limits.check_submitted(media, options)
     face = options.face
     if face.selector_age_start > face.selector_age_end:  # between two fields: beyond what the schema can state
         raise InvalidOptionsError(
@@ -167,8 +198,10 @@ def submit(
         )
     if options.needs_source and not sources:
         raise InvalidOptionsError(f"processors {options.processors} need at least one source image")
-    max_pixels = limits.max_source_pixels if limits is not None else None
-    images = [probe_image(s.path, f"source {i + 1} ({s.name!r})", max_pixels=max_pixels) for i, s in enumerate(sources)]
+    images = [
+        probe_image(s.path, f"source {i + 1} ({s.name!r})", max_pixels=limits.max_source_pixels)
+        for i, s in enumerate(sources)
+    ]
 
     job_id = new_id()
     target_url = storage.job_url(job_id, "input", "target" + media.extension)
@@ -178,7 +211,7 @@ def submit(
         for source, url in zip(sources, source_urls, strict=True):
             storage.upload(source.path, url)
         with session_scope(database_url) as session:
-            if owner is not None and owner.quotas is not None:
+            if owner is not None:
                 lock_tenant(session, owner.tenant_id)
                 quotas.check(session, owner.tenant_id, owner.quotas, new_bytes=size)
             jobs.create_job(
@@ -191,9 +224,9 @@ def submit(
                 media=media.to_json(),
                 tenant_id=owner.tenant_id if owner else None,
                 priority=priority,
-                idempotency_key=idempotency.key if idempotency else None,
-                request_hash=idempotency.request_hash if idempotency else None,
-                callback_url=callback_url,
+                idempotency_key=key,
+                request_hash=request_hash,
+                callback_url=job.callback_url,
                 stored_bytes=size,
             )
             if owner is None:
@@ -202,11 +235,11 @@ def submit(
                 messages = admit(session, owner.tenant_id, owner.default_limit)
     except IntegrityError:
         storage.delete(storage.job_url(job_id), recursive=True)
-        if owner is None or idempotency is None:
+        if owner is None or key is None or request_hash is None:
             raise
         # A request with the same key committed first: answer as it would be answered now.
         with session_scope(database_url) as session:
-            earlier = _earlier(session, owner, idempotency)
+            earlier = _earlier(session, owner, key, request_hash)
         if earlier is None:
             raise
         return earlier
@@ -215,7 +248,7 @@ def submit(
         raise
     # Postgres first, Redis second: if this send is lost, the reaper sends the plan again.
     try:
-        send_all(dispatcher, messages)
+        send_all(farm.dispatcher, messages)
     except Exception as exc:
         logger.warning("job %s: stored, but its messages were not sent; the reaper will send them", job_id)
         _note_unsent(database_url, [m.payload.job_id for m in messages], exc)
@@ -236,19 +269,17 @@ def _note_unsent(database_url: str, job_ids: Sequence[str], exc: Exception) -> N
         logger.warning("could not record that the broker did not answer", exc_info=True)
 
 
-def _earlier(session: Session, owner: Owner, idempotency: Idempotency) -> str | None:
+def _earlier(session: Session, owner: _Owner, key: str, request_hash: str) -> str | None:
     """The id of the tenant's job made with this idempotency key, if any.
 
     Raises:
         IdempotencyConflictError: that job was made by a different request.
     """
     row = session.execute(
-        select(Job.id, Job.request_hash).where(Job.tenant_id == owner.tenant_id, Job.idempotency_key == idempotency.key)
+        select(Job.id, Job.request_hash).where(Job.tenant_id == owner.tenant_id, Job.idempotency_key == key)
     ).first()
     if row is None:
         return None
-    if row[1] != idempotency.request_hash:
-        raise IdempotencyConflictError(
-            f"Idempotency-Key {idempotency.key!r} was used for a different request (job {row[0]})"
-        )
+    if row[1] != request_hash:
+        raise IdempotencyConflictError(f"Idempotency-Key {key!r} was used for a different request (job {row[0]})")
     return str(row[0])

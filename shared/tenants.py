@@ -1,6 +1,8 @@
 """Tenants and their API keys: creating, listing and revoking keys, and finding who a request's key belongs to.
 
-A key is ``sfk_`` and 43 random URL-safe characters (256 bits). Only its sha256 is stored: a key has enough
+Which jobs a principal may see and act on is decided here too (:func:`owned_job`), for every route.
+
+A key is ``sfk_ and 43 random URL-safe characters (256 bits). Only its sha256 is stored: a key has enough
 entropy that a fast hash cannot be brute-forced, and a lookup by hash needs no constant-time comparison. The key
 itself is shown once, when it is created. A revoked key stops working at the next request: every request reads
 its key's row.
@@ -19,10 +21,11 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from shared.errors import InputError, NotFoundError
-from shared.models import ApiKey, Tenant, utcnow
+from shared.models import ApiKey, Job, Tenant, utcnow
 
 KEY_PREFIX = "sfk_"
 _TENANT_NAME = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")
+JOB_ID = re.compile(r"[0-9a-f]{32}")
 
 
 @dataclass(frozen=True)
@@ -141,3 +144,18 @@ def _info(key: ApiKey, tenant: str) -> KeyInfo:
         created_at=key.created_at,
         revoked_at=key.revoked_at,
     )
+
+
+def owned_job(session: Session, caller: Principal, job_id: str) -> Job:
+    """The job, if the caller may see it: its own tenant's, or any for an admin key.
+
+    Raises:
+        NotFoundError: no such job, or another tenant's — the same answer, so nothing says which.
+    """
+    query = select(Job).where(Job.id == job_id)
+    if not caller.admin:
+        query = query.where(Job.tenant_id == caller.tenant_id)
+    job = session.scalars(query).one_or_none() if JOB_ID.fullmatch(job_id) else None
+    if job is None:
+        raise NotFoundError(f"no job {job_id}")
+    return job

@@ -23,13 +23,14 @@ from shared import events, jobs
 from shared.db import session_scope
 from shared.errors import SwapfarmError
 from shared.events import EventKind
+from shared.farm import Farm
 from shared.options import JobOptions
 from shared.progress import progress_of
 from shared.schema import upgrade
 from shared.settings import Settings
 from shared.states import FINISHED_JOB_STATES, JobStatus
 from shared.storage import Storage
-from shared.submission import Upload, submit
+from shared.submission import Submission, Upload, submit
 from workers.engines.family import detect_family
 from workers.runtime import Runtime
 from workers.steps import run_step
@@ -127,14 +128,8 @@ def run_local(
             family=detect_family(local),
         )
         try:
-            job_id = submit(
-                database_url=local.database_url,
-                storage=storage,
-                dispatcher=dispatcher,
-                target=Upload(target, target.name),
-                sources=[Upload(s, s.name) for s in sources],
-                options=options,
-            )
+            asked = Submission(Upload(target, target.name), [Upload(s, s.name) for s in sources], options)
+            job_id = submit(Farm(local, storage, dispatcher), None, asked)  # the machine's own user: no tenant
             result = _wait(local.database_url, job_id, on_progress, dispatcher)
         finally:
             dispatcher.shutdown()

@@ -4,7 +4,11 @@ The plan follows what the file holds, not what its header says: the frames are c
 demuxer the submission probed, forced), and a file holding more than ``max_frames`` frames or
 ``max_duration_seconds`` of them fails with ``too_many_frames`` / ``media_too_long`` — the count stops at the limit.
 A trimmed job (``shared.framing``) is planned over its frame range only: a range outside the frames counted fails
-with ``trim_out_of_range``. A job is cut into at most ``max_chunks_per_job`` chunks of at least ``min_chunk_frames``
+with ``trim_out_of_range``. What the job will write from the frames counted (after ``output_fps``, the trim,
+``output_height`` and the frame enhancer) is checked again, as at submission (``shared.limits``): over a limit, the
+job fails with ``too_many_frames`` / ``resolution_too_large`` before any chunk is made.
+
+A job is cut into at most ``max_chunks_per_job`` chunks of at least ``min_chunk_frames``
 frames: the planner widens the chunks it was asked for rather than insert millions of rows, and says so in the
 job's log.
 """
@@ -19,6 +23,7 @@ from shared.dispatch import send_all
 from shared.errors import LeaseLostError, NoFramesError, SwapfarmError, TrimUnsupportedError
 from shared.framing import frame_range
 from shared.jobs import ChunkPlan
+from shared.limits import MediaLimits
 from shared.media import MediaInfo, probe
 from shared.options import JobOptions
 from shared.tasks import RENDER_CHUNK, message
@@ -27,7 +32,7 @@ from workers.chunking import bounded_chunk_frames, chunk_seconds_for, default_ch
 from workers.leases import job_heartbeat
 from workers.runtime import Runtime
 from workers.track_feed import lookbehind_frames
-from workers.video import frame_index
+from workers.video import frame_index, mp4_timing
 from workers.video.frame_scan import FrameScan, scan_frames
 
 logger = logging.getLogger(__name__)
@@ -93,6 +98,8 @@ def _plan(
     _report_timing(scan)
     trimmed = frame_range(options, len(times))
     frames = range(trimmed.start, trimmed.end)
+    shown = mp4_timing.shown_seconds(times[trimmed.start : trimmed.end], media.fps)
+    MediaLimits.of(settings).check_output(media.width, media.height, options, frames=len(frames), seconds=shown)
     frame_index.store(rt.storage, job_id, times, rt.scratch)  # the stitch reads the same count
     exact = bool(options.chunk_frames)  # asked for: exact sizes; else about chunk_seconds each, cut at keyframes
     # asked for, or a length that suits the job's processors (pixel-free chains get long chunks)

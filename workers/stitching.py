@@ -144,7 +144,7 @@ def _stitch(
     if options.output_fps is not None:
         width, height = render_sizes(media.width, media.height, options).output
         resample = ffmpeg.Resample(output_rate(options.output_fps), width, height, options.encoder)
-        resampled = resampled_frames(_span(times, media.fps), options.output_fps)
+        resampled = resampled_frames(mp4_timing.shown_seconds(times, media.fps), options.output_fps)
     provenance = options.changes_faces
     if mp4_timing.follows_rate(times, media.fps):
         args = ffmpeg.stitch_args(
@@ -172,15 +172,6 @@ def _stitch(
     ffmpeg.run(args, what="stitch")
     video.unlink()
     return _Stitched(every, kept, resampled)
-
-
-def _span(times: list[float], fps: str) -> Fraction | float:
-    """How long frames at ``times`` last as stitched: on the constant grid, a frame interval each; else from the
-    first to the last, and the last as long as the interval before it (``workers.video.mp4_timing``)."""
-    if mp4_timing.follows_rate(times, fps):
-        return Fraction(len(times)) / Fraction(fps)
-    last = times[-1] - times[-2] if len(times) > 1 else float(1 / Fraction(fps))
-    return times[-1] - times[0] + last
 
 
 def _audio_cut(every: list[float], kept: FrameRange, media: MediaInfo) -> ffmpeg.AudioCut | None:

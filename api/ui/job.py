@@ -22,22 +22,23 @@ from api.ui.rendering import (
     forbidden,
     not_found,
     page,
+    refused,
     small_form,
 )
 from api.ui.sessions import (
     Viewer,
     csrf_ok,
 )
-from api.views import chunk_view, event_view, job_view, owned_job, tenant_names
+from api.views import chunk_view, event_view, job_view, tenant_names
 from shared import control
 from shared.db import session_scope
-from shared.dispatch import send_all
-from shared.errors import NotFoundError
+from shared.errors import NotFoundError, SwapfarmError
 from shared.models import Chunk, JobEvent
 from shared.progress import progress_of
 from shared.settings import Settings
 from shared.states import FINISHED_JOB_STATES, JobStatus
 from shared.storage import Storage
+from shared.tenants import owned_job
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 MAX_CHUNKS = 5000  # cells on a chunk map
@@ -124,30 +125,20 @@ def job_live(request: Request, viewer: Look, job_id: str) -> HTMLResponse:
 
 
 async def _act(request: Request, viewer: Viewer, job_id: str, action: str) -> Response:
-    """Cancel or retry from the job page, by the same rules as ``POST /v1/jobs/{id}/cancel|retry``."""
+    """Cancel or retry from the job page: ``shared.control.cancel`` / ``retry``, as ``POST /v1/jobs/{id}/…``;
+    a refusal is a page with its message and the status ``/v1`` answers it with."""
     form = await small_form(request)
     if not csrf_ok(viewer, form.get("csrf_token")):
         return forbidden(request, viewer)
-    settings: Settings = request.app.state.settings
-
-    def change() -> control.Outcome | None:
-        with session_scope(settings.database_url) as session:
-            job = owned_job(session, viewer.principal, job_id)
-            if action == "cancel":
-                return control.cancel_job(session, job.id, settings.max_running_jobs_per_tenant)
-            if job.expired_at is not None:
-                return None
-            return control.retry_job(session, job.id, settings.max_running_jobs_per_tenant)
-
+    change = control.cancel if action == "cancel" else control.retry
     try:
-        outcome = await run_in_threadpool(change)
+        await run_in_threadpool(change, request.app.state.farm, viewer.principal, job_id)
     except NotFoundError:
         return not_found(request, viewer, job_id)
-    if outcome is not None and outcome.changed:
-        send_all(request.app.state.dispatcher, outcome.messages)
-        if action == "cancel":
-            storage: Storage = request.app.state.storage
-            await run_in_threadpool(storage.delete, storage.job_url(job_id), recursive=True)
+    except SwapfarmError as exc:
+        if exc.http_status >= 500:
+            raise
+        return refused(request, viewer, exc)
     where = f"/ui/jobs/{job_id}"
     if request.headers.get("hx-request"):
         return Response(status_code=200, headers={"HX-Redirect": where})

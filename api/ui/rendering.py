@@ -14,6 +14,7 @@ from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
 
 from api.ui.sessions import Viewer, viewer_of
+from shared.errors import SwapfarmError, public_message
 
 templates = Jinja2Templates(directory=Path(__file__).parent / "templates")
 Look = Annotated[Viewer, Depends(viewer_of)]
@@ -67,6 +68,12 @@ def forbidden(request: Request, viewer: Viewer) -> HTMLResponse:
         "This form was not sent from the console's own page (its CSRF token is missing or wrong). "
         "Reload the page and try again."
     )}, status=403)  # fmt: skip
+
+
+def refused(request: Request, viewer: Viewer, error: SwapfarmError) -> HTMLResponse:
+    """A request the farm refused (a job that cannot be cancelled or retried now): its message, its status."""
+    context = {"viewer": viewer, "title": "Not done", "message": public_message(error.message)}
+    return page(request, "message.html", context, status=error.http_status)
 
 
 def not_found(request: Request, viewer: Viewer, job_id: str) -> HTMLResponse:

@@ -24,9 +24,9 @@ from api.ui.sessions import (
     csrf_ok,
 )
 from api.uploads import accept_job, read_job_form
-from api.webhooks import checked_callback
 from shared.errors import SwapfarmError
 from shared.settings import Settings
+from shared.submission import Submission
 from shared.tasks import DEFAULT_PRIORITY, MAX_PRIORITY, MIN_PRIORITY
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
@@ -85,8 +85,9 @@ def _accept_field(name: str) -> bool:
 
 @router.post("/jobs", response_class=HTMLResponse)
 async def submit_form(request: Request, viewer: Look) -> Response:
-    """The submit form (multipart, streamed and limited like ``POST /v1/jobs``): a job, or the form again with
-    each error next to its field (422)."""
+    """The submit form (multipart, streamed and limited like ``POST /v1/jobs``, submitted by the same
+    ``shared.submission.submit``): a job, or the form again with each error next to its field, answered with the
+    status ``/v1`` answers the same refusal with."""
     settings: Settings = request.app.state.settings
     htmx = bool(request.headers.get("hx-request"))
     template = "_submit_form.html" if htmx else "submit.html"
@@ -99,19 +100,19 @@ async def submit_form(request: Request, viewer: Look) -> Response:
         fields = {"callback_url": form.callback_url or "", "priority": str(form.priority)}
         if not csrf_ok(viewer, next(reversed(form.extra.get("csrf_token", [])), None)):
             return forbidden(request, viewer)
-        options = read_options(form.extra)
-        callback_url = await checked_callback(settings, form.callback_url)
-        job_id = await accept_job(
-            request, target=form.target.upload, sources=[s.upload for s in form.sources], options=options,
-            tenant_id=viewer.principal.tenant_id, priority=form.priority, callback_url=callback_url,
+        job = Submission(
+            target=form.target.upload, sources=[s.upload for s in form.sources], options=read_options(form.extra),
+            priority=form.priority, callback_url=form.callback_url,
         )  # fmt: skip
+        job_id = await accept_job(request, viewer.principal, job)
     except OptionsInvalid as exc:
         return page(request, template, _submit_context(viewer, values, exc.errors, fields), status=422)
     except SwapfarmError as exc:
         if exc.http_status >= 500:
             raise
         errors = {_field_of(exc): exc.message}
-        return page(request, template, _submit_context(viewer, values, errors, fields), status=422)
+        # the API's status for the same refusal (403 for the admin band, 413, 429 …), the form shown again
+        return page(request, template, _submit_context(viewer, values, errors, fields), status=exc.http_status)
     finally:
         await run_in_threadpool(shutil.rmtree, folder, True)
     where = f"/ui/jobs/{job_id}"

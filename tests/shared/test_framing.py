@@ -12,7 +12,6 @@ from shared.framing import (
     FrameRange,
     RenderSizes,
     check_chain,
-    check_output_size,
     check_trim,
     frame_range,
     output_rate,
@@ -20,8 +19,17 @@ from shared.framing import (
     render_sizes,
     resampled_frames,
 )
+from shared.limits import MediaLimits
 from shared.options import JobOptions
 from workers.chunking import plan_chunks
+
+
+def check_output_size(width: int, height: int, options: JobOptions, max_pixels: int) -> None:
+    """The output size limit alone (``shared.limits``), for one frame."""
+    limits = MediaLimits(
+        max_duration_seconds=1e9, max_frame_pixels=max_pixels, max_frames=10**9, max_output_pixels=10**18
+    )
+    limits.check_output(width, height, options, frames=1, seconds=1)
 
 
 def test_frames_50_to_149_are_start_50_end_150_and_100_frames() -> None:

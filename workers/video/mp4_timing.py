@@ -46,6 +46,15 @@ def follows_rate(times: Sequence[float], fps: str | Fraction) -> bool:
     return all(abs((t - start) - k * step_num / step_den) <= tolerance for k, t in enumerate(times))
 
 
+def shown_seconds(times: Sequence[float], fps: str) -> Fraction | float:
+    """How long frames at ``times`` last as stitched: on the constant grid, a frame interval each; else from the
+    first to the last, and the last as long as the interval before it."""
+    if not times or follows_rate(times, fps):
+        return Fraction(len(times)) / Fraction(fps)
+    last = times[-1] - times[-2] if len(times) > 1 else float(1 / Fraction(fps))
+    return times[-1] - times[0] + last
+
+
 @dataclass(frozen=True)
 class SampleTiming:
     """A video track's new timing, in its media timescale, samples in decode order."""
