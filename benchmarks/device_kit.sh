@@ -87,7 +87,8 @@ fi
 
 # 4. the call
 command="python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site $dest/*.whl"
-command+=" && python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/tools $dest/tools/*.whl"
+command+=" && python3 -m pip install -q --no-index --no-deps --no-compile --ignore-requires-python --target /tmp/tools"
+command+=" $dest/tools/*.whl"
 command+=" && PATH=/tmp/tools/ffmpeg/install/bin:\$PATH PYTHONPATH=/tmp/site:\$PWD PYTHON=python3"
 case $data_dest in /*) data_path=$data_dest ;; *) data_path="\$PWD/$data_dest" ;; esac
 command+=" SWAPFARM_TEST_DATA=$data_path bash benchmarks/device_run.sh $data_path"

@@ -53,12 +53,15 @@ class Kit:
 
 @dataclass(frozen=True)
 class Device:
-    """A stand-in for the lent machine: a fresh venv's python, the environment that device_run.sh gets there."""
+    """A stand-in for the lent machine: a fresh venv whose only site packages are the image's (a .pth file names
+    them), the kit installed into ``site`` and ``tools`` as the call installs it, and the environment the call
+    gives device_run.sh there."""
 
     python: Path
     env: dict[str, str]
     roots: list[Path]
     tools: Path
+    kit: Kit
 
 
 def _kit(folder: Path, python_version: str, data: Path) -> Kit:
@@ -114,13 +117,16 @@ def device(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Device:
                    capture_output=True, timeout=120)  # fmt: skip
     image = _image_site(here / "image")
     venv.create(here / "venv", with_pip=False)
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    (here / "venv" / "lib" / version / "site-packages" / "image.pth").write_text(f"{image}\n")
     env = {
         "PATH": f"{tools / 'ffmpeg' / 'install' / 'bin'}:/usr/local/bin:/usr/bin:/bin",
         "HOME": str(here / "home"),
-        "PYTHONPATH": f"{site}:{image}:{ROOT}",
+        "PYTHONPATH": f"{site}:{ROOT}",
         "SWAPFARM_TEST_DATA": str(data_dir),
     }
-    return Device(here / "venv" / "bin" / "python", env, [site, image, ROOT], tools / "ffmpeg" / "install" / "bin")
+    python = here / "venv" / "bin" / "python"
+    return Device(python, env, [site, image, ROOT], tools / "ffmpeg" / "install" / "bin", made)
 
 
 def test_the_kit_fits_the_carry_limit_and_its_call_the_command_limit(kit: Kit) -> None:
@@ -219,3 +225,28 @@ def test_the_gpu_marked_tests_are_collected_there(device: Device) -> None:
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     collected = re.search(r"(\d+)/\d+ tests collected", done.stdout)
     assert collected and int(collected[1]) >= 5, done.stdout[-2000:]
+
+
+def test_the_kits_call_runs_device_run_there_and_each_gpu_step_says_in_one_line_why_it_did_not(
+    device: Device, tmp_path: Path
+) -> None:
+    """The call as the kit wrote it (its fixed /tmp folders moved under this test's), with the stand-in's python as
+    ``python3``: the wheels install, the device and doctor steps pass on the kit's ffmpeg, and here, with no GPU,
+    each GPU step is one line, the others going on."""
+    command = str(device.kit.call["command"]).replace("/tmp/site", str(tmp_path / "site"))
+    command = command.replace("/tmp/tools", str(tmp_path / "tools"))
+    env = {**device.env, "PATH": f"{device.python.parent}:/usr/local/bin:/usr/bin:/bin", "OUT": str(tmp_path / "out")}
+    del env["PYTHONPATH"], env["SWAPFARM_TEST_DATA"]  # the call sets them
+    done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+    assert (tmp_path / "out" / "device_run.log").exists(), done.stderr[-3000:]
+    log = (tmp_path / "out" / "device_run.log").read_text()
+    assert done.stdout == log, "everything printed is in the log as it came"
+    assert "ffmpeg version b08d796" in log and "no CUDA provider in ONNX Runtime" in log
+    steps = [line.split("\t") for line in (tmp_path / "out" / "steps.tsv").read_text().splitlines()[1:]]
+    assert [(title, state) for title, state, *_ in steps[:2]] == [("device", "ok"), ("swapfarm doctor", "ok")], log
+    assert len(steps) == 7, log
+    for title, state, *_ in steps[2:]:
+        assert state.startswith("not run: no GPU"), (title, state)
+        said = [line for line in log.splitlines() if line.startswith(f"=== {title}")]
+        assert said == [f"=== {title}: {state}"], said
+    assert done.returncode == 1, "a run that measured nothing on a GPU does not pass"
