@@ -124,6 +124,19 @@ EOF
     for tool in ffmpeg ffprobe; do
         "$tool" -hide_banner -version | head -1 || failed=1
     done
+    # NVDEC on this build: the doctor's own probe makes its sample with lavfi, which the kit's ffmpeg lacks
+    local clip=$data/media/crowd_1080p.mp4 decoder started why
+    [[ -e $clip ]] || return $failed
+    for decoder in "-hwaccel cuda" "-c:v h264_cuvid" "-c:v h264"; do
+        started=$(date +%s.%N)
+        # shellcheck disable=SC2086  # the decoder's options are two words
+        if why=$(ffmpeg -hide_banner -nostdin -v error $decoder -i "$clip" -frames:v 100 -f null - 2>&1); then
+            awk -v s="$started" -v e="$(date +%s.%N)" -v d="$decoder" \
+                'BEGIN {printf "ffmpeg %s: 100 frames of crowd_1080p decoded in %.2fs\n", d, e - s}'
+        else
+            echo "ffmpeg $decoder: fails here: ${why%%$'\n'*}"
+        fi
+    done
     return $failed
 }
 
@@ -133,11 +146,11 @@ gpu_tests() {  # the test modules with gpu-marked tests, and those tests alone
     "$python" -m pytest -q -p no:cacheprovider -m gpu "${files[@]}"
 }
 export -f device gpu_tests
-export python
+export python data
 
 check=(benchmarks/gpu_check.py --keep "$work/gpu-check" --data "$data")
-step 15 "device" - device
-step 30 "swapfarm doctor" - "$python" -m cli doctor
+step 20 "device" - device
+step 25 "swapfarm doctor" - "$python" -m cli doctor
 step 80 "tests marked gpu" gpu gpu_tests
 step 170 "swapper per bucket: eager vs default vs max-autotune, fp32 bf16 fp16 (faces/s, peak memory)" gpu \
     "$python" "${check[@]}" --parts throughput fit --budget 160 --buckets 1 8 32 64 --modes eager default max-autotune \
