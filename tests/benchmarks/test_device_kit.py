@@ -1,14 +1,16 @@
 """The device kit (``benchmarks/device_kit.sh``) is complete for the lent GPU machine, as far as this machine can
 tell: its wheels install into an empty ``--target`` with no index and no dependencies, and the modules the device
 run starts import from that target and the lent image's own packages alone (``benchmarks/device_image.txt``), in a
-fresh virtual environment with no site packages; its ffmpeg and ffprobe run a real in-process job; the kit fits the
-carry limit with the working tree and its call the command limit.
+fresh virtual environment with no site packages; its ffmpeg and ffprobe run a real in-process job; the call the kit
+writes runs device_run.sh there (the device and doctor steps pass, each GPU step says in one line why it cannot run
+without a GPU); the kit fits the carry limit with the working tree and its call the command limit.
 
 Where this machine stands in for that one: the kit is downloaded for this Python (3.11) with the same pins as for
 the machine's 3.12 (only the binary wheels differ: pydantic-core, SQLAlchemy, kornia-rs, psycopg-binary), and the
 image's packages are this machine's versions of them (torch 2.13 on the CPU where the machine has 2.11 with CUDA).
 The kit is downloaded by the kit's own script each run (from pip's cache after the first), so the test checks what
-the script makes rather than a copy of it.
+the script makes rather than a copy of it; it needs PyPI, as CI has, and without it fails with pip's error rather
+than skipping: a kit nobody checked is not known to be complete.
 """
 
 from __future__ import annotations
