@@ -153,8 +153,8 @@ step 20 "device" - device
 step 25 "swapfarm doctor" - "$python" -m cli doctor
 step 80 "tests marked gpu" gpu gpu_tests
 step 170 "swapper per bucket: eager vs default vs max-autotune, fp32 bf16 fp16 (faces/s, peak memory)" gpu \
-    "$python" "${check[@]}" --parts throughput fit --budget 160 --buckets 1 8 32 64 --modes eager default max-autotune \
-    --precisions fp32 bf16 fp16 --seconds-per-point 0.5
+    "$python" "${check[@]}" --parts throughput fit --models inswapper_128 --budget 160 --buckets 1 8 32 64 \
+    --modes eager default max-autotune --precisions fp32 bf16 fp16 --seconds-per-point 0.5
 step 60 "warm start from the compile cache (first compiled call in a second process)" gpu \
     "$python" "${check[@]}" --parts cache --budget 55
 # eager: a compiled chunk's cold run would compile the swapper's buckets in its precision and the detector's, past

@@ -77,6 +77,7 @@ from workers.video.pipes import FrameReader, FrameWriter  # noqa: E402
 DATA_CANDIDATES = (ROOT.parent / "shared" / "data", ROOT / "shared" / "data")
 MODES: tuple[CompileMode, ...] = ("eager", "default", "reduce-overhead", "max-autotune")
 PARTS = ("throughput", "fit", "cache", "stage", "e2e")
+MODELS = ("inswapper_128", "gfpgan_1.4")
 FIRST_CALLS = "first-calls.json"  # in --keep: the cold first calls of the throughput part, for the cache part
 Feeds = dict[str, np.ndarray]
 E2E_OPTIONS = JobOptions.model_validate({"processors": ["face_swapper"], "face": {"swapper": "inswapper_128"}})
@@ -138,12 +139,14 @@ class Check:
     # throughput ------------------------------------------------------------------------------------------------
 
     def models(self) -> dict[str, onnx.ModelProto]:
-        if self.args.cpu_smoke:
-            return {"inswapper_128": replicas.inswapper_128(), "gfpgan_1.4": replicas.gfpgan_1_4()}
-        return {
-            "inswapper_128": replicas.inswapper_128(width=1.0),
-            "gfpgan_1.4": replicas.gfpgan_1_4(width=self.args.enhancer_width),
+        smoke = self.args.cpu_smoke
+        makers = {
+            "inswapper_128": lambda: replicas.inswapper_128() if smoke else replicas.inswapper_128(width=1.0),
+            "gfpgan_1.4": lambda: (
+                replicas.gfpgan_1_4() if smoke else replicas.gfpgan_1_4(width=self.args.enhancer_width)
+            ),
         }
+        return {name: makers[name]() for name in self.args.models}
 
     def feeds(self, model: onnx.ModelProto, batch: int) -> Feeds:
         rng = np.random.default_rng(batch)
@@ -207,8 +210,8 @@ class Check:
                     self.add(name, f"onnxruntime {active.removesuffix('ExecutionProvider')}", batch, first, seconds,
                              None)  # fmt: skip
                 del session
-            for precision in self.args.precisions:
-                for mode in self.args.modes:
+            for mode in self.args.modes:  # every precision of a mode before the next mode: eager's are quick
+                for precision in self.args.precisions:
                     if self.left() < 45:
                         self.skip("throughput", name, f"{mode} {precision}: out of time")
                         continue
@@ -264,7 +267,7 @@ class Check:
     # fit, cache ------------------------------------------------------------------------------------------------
 
     def fit(self) -> None:
-        for name in ("inswapper_128", "gfpgan_1.4"):
+        for name in self.args.models:
             measured = sorted(batch for (model, batch) in self.peaks if model == name)
             if len(measured) < 2:
                 self.skip("fit", name, "needs two compiled default buckets")
@@ -523,6 +526,7 @@ def main() -> None:
     parser.add_argument("--budget", type=float, default=285.0, help="seconds; later checks are skipped past it")
     parser.add_argument("--buckets", type=int, nargs="+", help="default 1 8 32")
     parser.add_argument("--modes", nargs="+", choices=MODES, help="default: all")
+    parser.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS), help="throughput's models")
     parser.add_argument("--enhancer-width", type=int, default=64)
     parser.add_argument("--seconds-per-point", type=float, default=1.0)
     parser.add_argument("--safety", type=float, default=0.8)
