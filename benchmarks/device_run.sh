@@ -142,7 +142,7 @@ EOF
 
 gpu_tests() {  # the test modules with gpu-marked tests, and those tests alone
     local files
-    mapfile -t files < <(grep -rl --include='test_*.py' 'mark.gpu' tests | sort)
+    mapfile -t files < <(grep -rlE --include='test_*.py' '^\s*@?pytest\.mark\.gpu\b' tests | sort)
     "$python" -m pytest -q -p no:cacheprovider -m gpu "${files[@]}"
 }
 export -f device gpu_tests

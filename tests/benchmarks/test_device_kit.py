@@ -78,7 +78,8 @@ def _kit(folder: Path, python_version: str, data: Path) -> Kit:
 
 def gpu_test_files() -> list[str]:
     """The test modules with gpu-marked tests, found as device_run.sh finds them."""
-    return sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").rglob("test_*.py") if "mark.gpu" in p.read_text())
+    marked = re.compile(r"^\s*@?pytest\.mark\.gpu\b", re.MULTILINE)
+    return sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").rglob("test_*.py") if marked.search(p.read_text()))
 
 
 def _image_site(folder: Path) -> Path:
