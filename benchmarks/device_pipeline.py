@@ -16,11 +16,11 @@ planes; the marks drawn into the device's BGR frames and their regions stored ba
 host's stage alone.
 Then detection alone: the host's (OpenCV letterbox, ONNX Runtime one frame at a time, numpy decode, OpenCV NMS) vs
 the device's (:class:`workers.device.detection.DeviceDetector`), per detector. The end-to-end chunk compares
-the same three. The device path runs on the CPU unless ``--device`` names another (``cuda``); the OpenCV path
-always runs on the host.
+the same three, and how close each torch path's output is to the OpenCV path's (PSNR of the decoded outputs). The
+device path runs on the CPU unless ``--device`` names another (``cuda``); the OpenCV path always runs on the host.
 
     .venv/bin/python -m benchmarks.device_pipeline [--frames 24] [--batch 8] [--data ../shared/data] [--no-chunk]
-        [--stages-only]
+        [--stages-only] [--chunk-only] [--device cuda]
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ import torch
 
 from shared.options import FaceOptions, JobOptions
 from tests.support.faces import cpu_settings
+from tests.support.media import psnr
 from tests.support.replicas import arcface_w600k_r50, install_replica, inswapper_128, replica_settings
 from workers.device.blurring import blur_faces_in_planes
 from workers.device.debugging import draw_marks
@@ -84,10 +85,13 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=Path(__file__).resolve().parents[2] / "shared" / "data")
     parser.add_argument("--no-chunk", action="store_true", help="skip the end-to-end chunk comparison")
     parser.add_argument("--stages-only", action="store_true", help="only the pixelate and debugger stages")
+    parser.add_argument("--chunk-only", action="store_true", help="only the end-to-end chunk comparison")
     args = parser.parse_args()
     clip = args.data / "media" / "crowd_1080p.mp4"
     if not args.no_chunk and not args.stages_only:
         chunk_comparison(clip, args.data, args.frames, args.batch, args.repeats, args.device)
+    if args.chunk_only:
+        return
     raw = subprocess.run(decode_args(clip, 0, args.frames, "yuv420p"), capture_output=True, check=True).stdout
     planes = np.frombuffer(raw, np.uint8).reshape(args.frames, 1620, 1920).copy()
     with tempfile.TemporaryDirectory() as tmp:
@@ -242,9 +246,19 @@ def chunk_comparison(clip: Path, data: Path, frames: int, batch: int, repeats: i
                 for label, path in paths.items():
                     assert not isinstance(path, str), path
                     started = time.perf_counter()
-                    _render(clip, processors, path, options, frames, batch, folder / "out.mp4")
+                    _render(clip, processors, path, options, frames, batch, folder / f"{label}.mp4")
                     times[label] = min(times[label], (time.perf_counter() - started) / frames * 1000)
             print(f"  {name:13s} {_ratios(times)}")
+            outputs = {label: _decoded(folder / f"{label}.mp4", frames) for label in paths}
+            same = "   ".join(f"{label} {psnr(outputs[label], outputs['OpenCV']):.1f} dB" for label in paths if
+                           label != "OpenCV")  # fmt: skip
+            print(f"  {name:13s} PSNR against the OpenCV path's output (both decoded, 4:2:0): {same}", flush=True)
+
+
+def _decoded(video: Path, frames: int) -> np.ndarray:
+    """The 4:2:0 planes of ``video``'s first ``frames`` frames, as ffmpeg decodes them."""
+    raw = subprocess.run(decode_args(video, 0, frames, "yuv420p"), capture_output=True, check=True).stdout
+    return np.frombuffer(raw, np.uint8).reshape(frames, -1)
 
 
 def _ratios(times: dict[str, float]) -> str:

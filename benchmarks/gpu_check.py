@@ -27,7 +27,11 @@ Rows, each a measurement:
 * ``stage``: the same chain run serially on ``--stage-frames`` frames, the seconds per frame of each stage
   (decode, detect, align, swap, paste, encode; upload and download are inside the swap on the host path).
 
-A time budget (``--budget`` seconds) skips what would overrun, saying so in the table.
+A time budget (``--budget`` seconds) skips what would overrun, saying so in the table. Each row is printed as it
+is measured (a run stopped at a time limit has printed what it measured); ``--parts`` runs some of the parts, and
+``--keep`` keeps the work folder (the compile cache, the cold first calls) for parts run in a later process, as
+``benchmarks/device_run.sh`` runs them, each under its own limit. Where ONNX Runtime has no CUDA provider (the
+lent GPU machine's image has its CPU build) the throughput rows say so and compare compiled torch with eager torch.
 """
 
 from __future__ import annotations
@@ -72,6 +76,9 @@ from workers.video.pipes import FrameReader, FrameWriter  # noqa: E402
 # The reference media and models lie beside the checkout (shared/data of the project's workspace).
 DATA_CANDIDATES = (ROOT.parent / "shared" / "data", ROOT / "shared" / "data")
 MODES: tuple[CompileMode, ...] = ("eager", "default", "reduce-overhead", "max-autotune")
+PARTS = ("throughput", "fit", "cache", "stage", "e2e")
+MODELS = ("inswapper_128", "gfpgan_1.4")
+FIRST_CALLS = "first-calls.json"  # in --keep: the cold first calls of the throughput part, for the cache part
 Feeds = dict[str, np.ndarray]
 E2E_OPTIONS = JobOptions.model_validate({"processors": ["face_swapper"], "face": {"swapper": "inswapper_128"}})
 
@@ -95,28 +102,51 @@ class Check:
         self.device = "cpu" if args.cpu_smoke else "cuda"  # main() refused to start without a GPU
         self.memory: DeviceMemory = memory_for(self.device)
         self.rows: list[Row] = []
-        self.work = Path(tempfile.mkdtemp(prefix="swapfarm-gpu-check-"))
+        if args.keep:  # a folder that later parts, run in other processes, read: the compile cache, the first calls
+            args.keep.mkdir(parents=True, exist_ok=True)
+        self.work = args.keep or Path(tempfile.mkdtemp(prefix="swapfarm-gpu-check-"))
         self.cache = use_compile_cache(self.work / "torch-compile")
         self.peaks: dict[tuple[str, int], int] = {}
-        self.first_calls: dict[tuple[str, str, int], float] = {}
+        self.first_calls: dict[tuple[str, str, int], float] = self._kept_first_calls()
+        self.eager_rates: dict[tuple[str, str, int], float] = {}
         self.faces_per_frame = 0.0
         self._settings: Settings | None = None
 
     def left(self) -> float:
         return self.deadline - time.monotonic()
 
+    def _kept_first_calls(self) -> dict[tuple[str, str, int], float]:
+        try:
+            kept = json.loads((self.work / FIRST_CALLS).read_text())
+        except (OSError, ValueError):
+            return {}
+        return {(name, mode, int(batch)): float(seconds) for name, mode, batch, seconds in kept}
+
+    def _keep_first_calls(self) -> None:
+        kept = [[*key, seconds] for key, seconds in self.first_calls.items()]
+        (self.work / FIRST_CALLS).write_text(json.dumps(kept))
+
     def skip(self, kind: str, subject: str, why: str) -> None:
-        self.rows.append(Row(kind, subject, "-", note=f"skipped: {why}"))
+        self.record(Row(kind, subject, "-", note=f"skipped: {why}"))
+
+    def record(self, row: Row) -> None:
+        """Keep ``row`` for the table and print it now: a run stopped at its time limit has printed its figures."""
+        if not self.rows:
+            print(_line(HEADER), flush=True)
+        self.rows.append(row)
+        print(_line(row), flush=True)
 
     # throughput ------------------------------------------------------------------------------------------------
 
     def models(self) -> dict[str, onnx.ModelProto]:
-        if self.args.cpu_smoke:
-            return {"inswapper_128": replicas.inswapper_128(), "gfpgan_1.4": replicas.gfpgan_1_4()}
-        return {
-            "inswapper_128": replicas.inswapper_128(width=1.0),
-            "gfpgan_1.4": replicas.gfpgan_1_4(width=self.args.enhancer_width),
+        smoke = self.args.cpu_smoke
+        makers = {
+            "inswapper_128": lambda: replicas.inswapper_128() if smoke else replicas.inswapper_128(width=1.0),
+            "gfpgan_1.4": lambda: (
+                replicas.gfpgan_1_4() if smoke else replicas.gfpgan_1_4(width=self.args.enhancer_width)
+            ),
         }
+        return {name: makers[name]() for name in self.args.models}
 
     def feeds(self, model: onnx.ModelProto, batch: int) -> Feeds:
         rng = np.random.default_rng(batch)
@@ -167,7 +197,9 @@ class Check:
             buckets = self.args.buckets if name == "inswapper_128" else self.args.buckets[:2]
             providers = self.ort_providers()
             if not providers:
-                self.skip("throughput", name, "ONNX Runtime has no CUDA or TensorRT provider here")
+                listed = ", ".join(onnxruntime.get_available_providers())
+                why = f"ONNX Runtime {onnxruntime.__version__} has no CUDA or TensorRT provider here ({listed})"
+                self.skip("throughput", name, f"{why}: compiled torch is compared with eager torch")
             for provider in providers:
                 session, active = self.ort_session(model, provider)
                 if active != provider:
@@ -178,8 +210,8 @@ class Check:
                     self.add(name, f"onnxruntime {active.removesuffix('ExecutionProvider')}", batch, first, seconds,
                              None)  # fmt: skip
                 del session
-            for precision in self.args.precisions:
-                for mode in self.args.modes:
+            for mode in self.args.modes:  # every precision of a mode before the next mode: eager's are quick
+                for precision in self.args.precisions:
                     if self.left() < 45:
                         self.skip("throughput", name, f"{mode} {precision}: out of time")
                         continue
@@ -200,15 +232,22 @@ class Check:
                 break
             if precision == "fp32":
                 self.first_calls[(name, mode, batch)] = first
+                self._keep_first_calls()
                 if mode == "default":
                     self.peaks[(name, batch)] = peak
             fallback = " eager fallback!" if engine.stats.eager_fallbacks else ""
-            self.add(name, f"torch {mode} {precision}{fallback}", batch, first, seconds, peak)
+            if mode == "eager":
+                self.eager_rates[(name, precision, batch)] = batch / seconds
+            eager = self.eager_rates.get((name, precision, batch))
+            note = f"{batch / seconds / eager:.2f}x eager {precision}" if mode != "eager" and eager else ""
+            self.add(name, f"torch {mode} {precision}{fallback}", batch, first, seconds, peak, note)
         del engine
         self.release()
 
-    def add(self, name: str, engine: str, batch: int, first: float, seconds: float, peak: int | None) -> None:
-        self.rows.append(
+    def add(
+        self, name: str, engine: str, batch: int, first: float, seconds: float, peak: int | None, note: str = ""
+    ) -> None:
+        self.record(
             Row(
                 "throughput",
                 name,
@@ -217,6 +256,7 @@ class Check:
                 f"{first:.1f}",
                 f"{batch / seconds:.1f} faces/s",
                 "n/a" if peak is None else f"{peak / 2**20:.0f} MiB",
+                note,
             )
         )
 
@@ -227,7 +267,7 @@ class Check:
     # fit, cache ------------------------------------------------------------------------------------------------
 
     def fit(self) -> None:
-        for name in ("inswapper_128", "gfpgan_1.4"):
+        for name in self.args.models:
             measured = sorted(batch for (model, batch) in self.peaks if model == name)
             if len(measured) < 2:
                 self.skip("fit", name, "needs two compiled default buckets")
@@ -236,7 +276,7 @@ class Check:
             per_item = max(1, (self.peaks[(name, high)] - self.peaks[(name, low)]) // (high - low))
             free = self.memory.free_bytes()
             batch = fitted_batch(free, per_item, self.args.safety, 1024)
-            self.rows.append(
+            self.record(
                 Row(
                     "fit", name, f"{self.memory.device}", str(batch), memory=f"{per_item / 2**20:.0f} MiB/face",
                     note=f"{free / 2**30:.1f} GiB free × {self.args.safety} safety",
@@ -248,16 +288,22 @@ class Check:
         if key not in self.first_calls:
             self.skip("compile cache", "inswapper_128", "no cold default-mode bucket-8 compile to compare")
             return
-        if self.left() < 60:
+        if self.left() < 20:
             self.skip("compile cache", "inswapper_128", "out of time")
             return
         env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHINDUCTOR")}
         smoke = ["--cpu-smoke"] if self.args.cpu_smoke else []
         args = [sys.executable, __file__, "--warm-probe", str(self.cache), *smoke]
-        done = subprocess.run(args, check=True, capture_output=True, text=True, env=env, cwd=ROOT, timeout=self.left())
+        try:
+            done = subprocess.run(
+                args, check=True, capture_output=True, text=True, env=env, cwd=ROOT, timeout=self.left()
+            )
+        except subprocess.TimeoutExpired:
+            self.skip("compile cache", "inswapper_128", "the second process's first call did not end in the budget")
+            return
         warm = json.loads(done.stdout.strip().splitlines()[-1])["first_call_seconds"]
         cold = self.first_calls[key]
-        self.rows.append(
+        self.record(
             Row("compile cache", "inswapper_128", "torch default", "8", f"{warm:.1f}",
                 note=f"second process, warm; cold {cold:.1f}s → {cold / warm:.1f}x faster")
         )  # fmt: skip
@@ -273,7 +319,7 @@ class Check:
         models = self.work / "models"
         if self._settings is not None:
             return self._settings
-        models.mkdir()
+        models.mkdir(exist_ok=True)
         shutil.copy(data / "models" / "yunet_2023mar.onnx", models / "yunet_2023_mar.onnx")
         replicas.install_replica(replicas.arcface_w600k_r50(), "arcface_w600k_r50", models)
         width = replicas.REDUCED_WIDTH if self.args.cpu_smoke else 1.0
@@ -301,7 +347,7 @@ class Check:
         if not video.exists():
             self.skip("stage", "face_swapper", f"{video.name} is missing")
             return
-        if self.left() < 60:
+        if self.left() < 30:
             self.skip("stage", "face_swapper", "out of time")
             return
         settings = self.e2e_settings()
@@ -353,23 +399,21 @@ class Check:
         self.faces_per_frame = faces / frames
         total = sum(spent.values())
         for label, seconds in spent.items():
-            self.rows.append(
+            self.record(
                 Row("stage", label, f"torch {settings.torch_compile_mode}", str(self.args.e2e_max_batch),
                     rate=f"{seconds / frames * 1000:.1f} ms/frame", note=f"{seconds / total:.0%} of the serial time")
             )  # fmt: skip
-        self.rows.append(
+        self.record(
             Row("stage", "upload, download", "-", note="inside the swap stage on the host path (crops move per batch)")
         )
-        self.rows.append(
-            Row("stage", "faces", "-", rate=f"{self.faces_per_frame:.1f} faces/frame", note=f"{frames} frames")
-        )
+        self.record(Row("stage", "faces", "-", rate=f"{self.faces_per_frame:.1f} faces/frame", note=f"{frames} frames"))
 
     def e2e(self) -> None:
         video, source = self.data() / "media" / self.args.clip, self.data() / "media" / "s0.jpg"
         if not video.exists():
             self.skip("e2e", "face_swapper", f"{video.name} is missing")
             return
-        if self.left() < 90:
+        if self.left() < 45:
             self.skip("e2e", "face_swapper", "out of time")
             return
         settings = self.e2e_settings()
@@ -384,29 +428,36 @@ class Check:
             seconds = time.perf_counter() - started
             subject, engine = f"face_swapper {video.stem}", f"torch {self.args.e2e_mode} ({attempt})"
             if result.status != "succeeded" or not result.frames_total:
-                self.rows.append(
+                self.record(
                     Row("e2e", subject, engine, note=f"job {result.status}: {result.error_code} {result.error_message}")
                 )
                 continue
             frames = result.frames_total
             faces = f", ≈{frames * self.faces_per_frame / seconds:.0f} faces/s" if self.faces_per_frame else ""
             warned = f", warnings: {', '.join(code for code, _ in result.warnings)}" if result.warnings else ""
-            self.rows.append(
+            self.record(
                 Row("e2e", subject, engine, f"≤{self.args.e2e_max_batch}", rate=f"{frames / seconds:.1f} frames/s",
                     note=f"{frames} frames in {seconds:.1f}s{faces}, device busy {busy.share()}{warned}")
             )  # fmt: skip
 
-    def print(self) -> None:
+    def title(self) -> None:
         name = torch.cuda.get_device_name() if self.device == "cuda" else "CPU (--cpu-smoke: not a GPU figure)"
+        parts = " ".join(self.args.parts)
         print(
-            f"\nswapfarm GPU check — {name}, torch {torch.__version__}, onnxruntime {onnxruntime.__version__}, "
-            f"{self.args.budget - self.left():.0f}s"
+            f"swapfarm GPU check ({parts}) — {name}, torch {torch.__version__}, onnxruntime {onnxruntime.__version__}"
         )
-        header = Row("check", "model", "engine", "batch", "first s", "rate", "peak mem", "note")
-        widths = [15, 26, 30, 6, 8, 17, 14, 0]
-        for row in [header, *self.rows]:
-            cells = [row.kind, row.subject, row.engine, row.batch, row.first, row.rate, row.memory, row.note]
-            print(" ".join(f"{cell:<{width}}" if width else cell for cell, width in zip(cells, widths, strict=True)))
+
+    def close(self) -> None:
+        print(f"gpu_check: {len(self.rows)} rows in {self.args.budget - self.left():.0f}s", flush=True)
+
+
+HEADER = Row("check", "model", "engine", "batch", "first s", "rate", "peak mem", "note")
+WIDTHS = [15, 26, 30, 6, 8, 17, 14, 0]
+
+
+def _line(row: Row) -> str:
+    cells = [row.kind, row.subject, row.engine, row.batch, row.first, row.rate, row.memory, row.note]
+    return " ".join(f"{cell:<{width}}" if width else cell for cell, width in zip(cells, WIDTHS, strict=True))
 
 
 class BusySampler:
@@ -475,11 +526,14 @@ def main() -> None:
     parser.add_argument("--budget", type=float, default=285.0, help="seconds; later checks are skipped past it")
     parser.add_argument("--buckets", type=int, nargs="+", help="default 1 8 32")
     parser.add_argument("--modes", nargs="+", choices=MODES, help="default: all")
+    parser.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS), help="throughput's models")
     parser.add_argument("--enhancer-width", type=int, default=64)
     parser.add_argument("--seconds-per-point", type=float, default=1.0)
     parser.add_argument("--safety", type=float, default=0.8)
     parser.add_argument("--e2e-max-batch", type=int)
     parser.add_argument("--data", type=Path, help="folder with media/crowd_1080p.mp4 and models/yunet_2023mar.onnx")
+    parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS), help="in this order; default: all")
+    parser.add_argument("--keep", type=Path, help="work folder kept for later parts: compile cache, first calls")
     parser.add_argument("--warm-probe", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.warm_probe:
@@ -506,15 +560,16 @@ def main() -> None:
     if smoke:
         args.seconds_per_point = min(args.seconds_per_point, 0.2)
     check = Check(args)
+    parts = {"throughput": check.throughput, "fit": check.fit, "cache": check.cache_check, "stage": check.stages,
+             "e2e": check.e2e}  # fmt: skip
+    check.title()
     try:
-        check.throughput()
-        check.fit()
-        check.cache_check()
-        check.stages()
-        check.e2e()
+        for part in args.parts:
+            parts[part]()
     finally:
-        check.print()
-        shutil.rmtree(check.work, ignore_errors=True)
+        check.close()
+        if not args.keep:
+            shutil.rmtree(check.work, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from shared.models import Chunk, Job, utcnow
 from shared.schema import upgrade
 from shared.settings import Settings
 from shared.states import ACTIVE_JOB_STATES, ChunkStatus, JobStatus
+from tests.support.data import DATA
 from tests.support.media import make_clip
 from tests.support.tenants import make_key
 
@@ -24,7 +25,6 @@ PG_ADMIN = os.environ.get("SWAPFARM_TEST_PG_ADMIN", "postgresql://postgres@127.0
 REDIS_BASE = os.environ.get("SWAPFARM_TEST_REDIS", "redis://127.0.0.1:6379")
 # One Redis database per concurrent test run (tests flush it); 11 unless told otherwise.
 REDIS_DB = int(os.environ.get("SWAPFARM_TEST_REDIS_DB", "11"))
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
 @pytest.fixture(scope="session")

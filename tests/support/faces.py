@@ -15,10 +15,10 @@ import numpy as np
 import numpy.typing as npt
 
 from shared.settings import Settings
+from tests.support.data import DATA
 from workers.engines.onnx import OnnxEngine
 from workers.faces.detection import Face, FaceDetector
 
-DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 MODELS = DATA / "models"
 MEDIA = DATA / "media"
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -22,6 +23,12 @@ import torch
 from shared.settings import CompileMode, Precision
 
 logger = logging.getLogger(__name__)
+
+TORCH_FLOOR = (2, 7)
+"""The oldest torch the engine runs on: dynamo's recompile limits have carried these names since 2.7 (2.6 raises on
+them). The worker extras pin 2.13; the lent GPU machine's image has 2.11, on which the GPU paths run unchanged."""
+if tuple(int(part) for part in re.findall(r"\d+", torch.__version__)[:2]) < TORCH_FLOOR:
+    raise ImportError(f"torch {torch.__version__} is older than the torch engine needs (2.7 or later)")
 
 PRECISIONS: Mapping[Precision, torch.dtype] = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
