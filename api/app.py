@@ -23,8 +23,10 @@ from shared.db import engine_for
 from shared.dispatch import CeleryDispatcher
 from shared.errors import (
     RangeNotSatisfiableError,
+    RequestTimeoutError,
     ServiceUnavailableError,
     SwapfarmError,
+    TooLargeError,
     UnauthorizedError,
     public_message,
 )
@@ -44,6 +46,8 @@ def _error_headers(exc: SwapfarmError) -> dict[str, str] | None:
         return {"WWW-Authenticate": 'Bearer realm="swapfarm"'}
     if isinstance(exc, RangeNotSatisfiableError):
         return {"Content-Range": f"bytes */{exc.size}"}
+    if isinstance(exc, RequestTimeoutError | TooLargeError):
+        return {"Connection": "close"}  # the rest of the body was never read: the connection cannot carry another
     return None
 
 

@@ -25,6 +25,7 @@ from fastapi import Request
 from fastapi.concurrency import run_in_threadpool
 from pydantic import ValidationError
 
+from api.bodies import read_small
 from api.schemas import InputRef, JobRequest
 from api.uploads import accept_job
 from api.webhooks import checked_callback
@@ -106,18 +107,6 @@ def fetch(settings: Settings, ref: InputRef, local: Path, limit: int, code: str)
     return Fetched(Upload(path=local, name=name), digest.hexdigest())
 
 
-async def _body(request: Request) -> bytes:
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > JSON_LIMIT:
-        raise TooLargeError(f"a JSON submission is at most {JSON_LIMIT} bytes", code="request_too_large")
-    body = bytearray()
-    async for block in request.stream():
-        body.extend(block)
-        if len(body) > JSON_LIMIT:
-            raise TooLargeError(f"a JSON submission is at most {JSON_LIMIT} bytes", code="request_too_large")
-    return bytes(body)
-
-
 def parse(body: bytes) -> JobRequest:
     """Raises:
     InvalidOptionsError: ``options`` fails the JobOptions schema.
@@ -140,7 +129,7 @@ async def create_job_from_json(
     Raises:
         ForbiddenError: the admin band's priority without an admin key.
     """
-    job = parse(await _body(request))
+    job = parse(await read_small(request, settings, limit=JSON_LIMIT, what="a JSON submission"))
     if job.priority > MAX_PRIORITY and not caller.admin:
         raise ForbiddenError(f"priority {job.priority}, the farm-wide urgent band, needs an admin key")
     if len(job.sources) > settings.max_sources:

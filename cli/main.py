@@ -131,11 +131,15 @@ def api(
     """Serve the HTTP API (uvicorn)."""
     import uvicorn
 
+    from api.server import uvicorn_options
     from cli.logs import configure
 
     configure()
-    get_settings()  # fail fast on bad settings, before binding the port
-    uvicorn.run("api.app:create_app", factory=True, host=host, port=port, workers=workers, log_config=None)
+    settings = get_settings()  # fail fast on bad settings, before binding the port
+    uvicorn.run(
+        "api.app:create_app", factory=True, host=host, port=port, workers=workers, log_config=None,
+        **uvicorn_options(settings),
+    )  # fmt: skip
 
 
 @app.command()

@@ -15,6 +15,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response, Streamin
 from sqlalchemy import select
 
 from api import output
+from api.bodies import read_form
 from api.schemas import ChunkView, EventView
 from api.ui.rendering import (
     JobId,
@@ -22,7 +23,6 @@ from api.ui.rendering import (
     forbidden,
     not_found,
     page,
-    small_form,
 )
 from api.ui.sessions import (
     Viewer,
@@ -125,7 +125,7 @@ def job_live(request: Request, viewer: Look, job_id: str) -> HTMLResponse:
 
 async def _act(request: Request, viewer: Viewer, job_id: str, action: str) -> Response:
     """Cancel or retry from the job page, by the same rules as ``POST /v1/jobs/{id}/cancel|retry``."""
-    form = await small_form(request)
+    form = await read_form(request)
     if not csrf_ok(viewer, form.get("csrf_token")):
         return forbidden(request, viewer)
     settings: Settings = request.app.state.settings
