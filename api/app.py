@@ -14,7 +14,7 @@ from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
-from api import jobs, metrics, output, progress, ui, webhooks
+from api import docs, jobs, metrics, output, progress, ui, webhooks
 from api.openapi import SwapfarmAPI
 from api.schemas import Health
 from api.slots import KeySlots
@@ -71,12 +71,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version="0.1.0",
         summary="Submit face-swap video jobs to the farm and follow them.",
         lifespan=lifespan,
+        docs_url=None,  # FastAPI's pages load from a CDN; api.docs serves Swagger UI itself
+        redoc_url=None,
     )
     app.include_router(jobs.router)
     app.include_router(progress.router)
     app.include_router(output.router)
     app.include_router(metrics.router)
     app.include_router(webhooks.router)
+    app.include_router(docs.router)
     ui.mount(app)  # the jobs console at /ui (not in the OpenAPI description)
 
     @app.exception_handler(SwapfarmError)
