@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from redis.asyncio import Redis
 from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -61,9 +62,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.celery = celery
         app.state.dispatcher = CeleryDispatcher(celery)
         app.state.metrics = metrics.registry_for(resolved.database_url, celery, lease_seconds=resolved.lease_seconds)
-        app.state.upload_slots = KeySlots(resolved.max_uploads_per_key, code="too_many_uploads", what="uploads")
-        app.state.stream_slots = KeySlots(resolved.max_streams_per_key, code="too_many_streams", what="event streams")
+        counts = Redis.from_url(resolved.broker_url)  # the caps are counted for every API process at once
+        ttl = resolved.slot_ttl_seconds
+        app.state.upload_slots = KeySlots(
+            counts, resolved.max_uploads_per_key, code="too_many_uploads", what="uploads", ttl=ttl
+        )
+        app.state.stream_slots = KeySlots(
+            counts, resolved.max_streams_per_key, code="too_many_streams", what="event streams", ttl=ttl
+        )
         yield
+        await counts.aclose()
         celery.close()
 
     app = SwapfarmAPI(

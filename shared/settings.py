@@ -68,8 +68,13 @@ class Settings(BaseSettings):
     chunk_stall_seconds: float = Field(
         120.0, gt=0, description="A chunk whose decoder or encoder makes no progress for this long is stopped"
     )
-    max_streams_per_key: int = Field(4, ge=1, description="Event streams open at once per API key (per API process)")
-    max_uploads_per_key: int = Field(4, ge=1, description="Submissions uploading at once per API key (per API process)")
+    max_streams_per_key: int = Field(4, ge=1, description="Event streams open at once per API key (all API processes)")
+    max_uploads_per_key: int = Field(
+        4, ge=1, description="Submissions uploading at once per API key (all API processes)"
+    )
+    slot_ttl_seconds: float = Field(
+        30.0, gt=0, description="A place under those caps held by an API process that died comes free after this long"
+    )
     upload_read_timeout_seconds: float = Field(
         60.0, gt=0, description="An upload that sends nothing for this long is ended (408 upload_timeout)"
     )
