@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from redis.asyncio import Redis
+from redis import Redis
 from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -71,7 +71,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             counts, resolved.max_streams_per_key, code="too_many_streams", what="event streams", ttl=ttl
         )
         yield
-        await counts.aclose()
+        counts.close()
         celery.close()
 
     app = SwapfarmAPI(

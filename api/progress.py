@@ -179,7 +179,7 @@ async def stream_events(
     slots: KeySlots = request.app.state.stream_slots
     slot = await slots.take(caller.key_id)
     stream = _held(slot, _stream(request, settings, caller, job_id, last_event_id or 0, max_seconds))
-    weakref.finalize(stream, slot.release_soon)  # a stream never started (the client left) gives its place back too
+    weakref.finalize(stream, slot.release_now)  # a stream never started (the client left) gives its place back too
     return EventStreamResponse(stream, headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
 

@@ -4,8 +4,8 @@ uvicorn bounds the idle time *after* a response (``timeout_keep_alive``) and, wi
 head (``h11_max_incomplete_event_size``), but not the time before one: a connection that opens and sends nothing,
 or sends its headers a byte at a time (slowloris), is held open for ever. :class:`BoundedH11Protocol` closes it,
 with a 408 ``header_timeout``, when its request's head is not whole ``header_timeout_seconds`` after the
-connection opened, after the previous response, or after the next request's first byte. Bodies are bounded once
-the app reads them (``api.bodies``).
+connection opened or after that request's first byte (an idle kept-alive connection is closed by uvicorn's
+keep-alive bound). Bodies are bounded once the app reads them (``api.bodies``).
 """
 
 from __future__ import annotations
@@ -53,7 +53,8 @@ class BoundedH11Protocol(H11Protocol):
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
-        self._watch_head()  # the next request's head may have arrived in part with this one
+        if self.conn.trailing_data[0]:  # the next request's head arrived in part (idle: the keep-alive bound)
+            self._watch_head()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop_head_timer()
@@ -63,7 +64,7 @@ class BoundedH11Protocol(H11Protocol):
         return self.cycle is None or self.cycle.response_complete
 
     def _watch_head(self) -> None:
-        """A timer runs while a request's head is awaited (the connection is new, idle or its next request began)."""
+        """A timer runs while a request's head is awaited (the connection is new, or its next request began)."""
         if not self._awaiting_head() or self.transport.is_closing():
             self._stop_head_timer()
         elif self._head_timer is None:

@@ -7,7 +7,8 @@ more of the farm's connections, threads and disk. Each place is a member of a so
 third of ``slot_ttl_seconds`` while the request runs and removes it when the request ends, so the places of an API
 process that died (killed, its host lost) come free within ``slot_ttl_seconds``. Taking a place is one Lua script
 (drop the expired, count, add), so two processes racing for the last place cannot both get it; times are Redis's
-own clock, so hosts whose clocks disagree agree on expiry.
+own clock, so hosts whose clocks disagree agree on expiry. Redis is called through the synchronous client, off the
+event loop (a worker thread): its connections belong to no event loop, so a finalizer may give a place back too.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 from typing import Any
 
-from redis.asyncio import Redis
+from redis import Redis
 from redis.exceptions import RedisError
+from starlette.concurrency import run_in_threadpool
 
 from shared.errors import ServiceUnavailableError, TooManyRequestsError
 
@@ -73,13 +75,17 @@ class Slot:
         except RedisError as exc:
             logger.warning("could not give a place back (it expires in %gs): %s", self._owner.ttl, exc)
 
-    def release_soon(self) -> None:
-        """Release from code that cannot wait (a finalizer): at the event loop's next turn, if it still runs."""
+    def release_now(self) -> None:
+        """Release from code that cannot wait (a finalizer), blocking for the one Redis call."""
         if self._renewing is None:
             return
-        with suppress(RuntimeError):  # the loop is closed: the place expires on its own
-            loop = self._renewing.get_loop()
-            loop.call_soon_threadsafe(lambda: loop.create_task(self.release()))
+        with suppress(RuntimeError):  # the event loop is closed: nothing renews the place any more
+            self._renewing.get_loop().call_soon_threadsafe(self._renewing.cancel)
+        self._renewing = None
+        try:
+            self._owner.redis.zrem(self._name, self._member)
+        except RedisError as exc:
+            logger.warning("could not give a place back (it expires in %gs): %s", self._owner.ttl, exc)
 
 
 class KeySlots:
@@ -102,7 +108,9 @@ class KeySlots:
         """
         name, member = self._name(key), uuid.uuid4().hex
         try:
-            held = int(await self._take(keys=[name], args=[self.limit, member, int(self.ttl * 1000)]))
+            held = int(
+                await run_in_threadpool(self._take, keys=[name], args=[self.limit, member, int(self.ttl * 1000)])
+            )
         except RedisError as exc:
             raise ServiceUnavailableError(f"the {self.what} count is unavailable; try again shortly") from exc
         if held < 0:
@@ -120,13 +128,8 @@ class KeySlots:
         finally:
             await slot.release()
 
-    async def held(self, key: str) -> int:
-        """The places ``key`` holds now (expired ones not counted)."""
-        now_s, now_us = await self.redis.time()
-        return int(await self.redis.zcount(self._name(key), now_s * 1000 + now_us // 1000, "+inf"))
-
     async def renew(self, name: str, member: str) -> None:
-        await self._renew(keys=[name], args=[member, int(self.ttl * 1000)])
+        await run_in_threadpool(self._renew, keys=[name], args=[member, int(self.ttl * 1000)])
 
     async def give_back(self, name: str, member: str) -> None:
-        await self.redis.zrem(name, member)
+        await run_in_threadpool(self.redis.zrem, name, member)

@@ -28,7 +28,7 @@ def bounded(database_url: str, broker_url: str, tmp_path_factory: pytest.TempPat
         environment="test", database_url=database_url, broker_url=broker_url,
         storage_url=f"file://{root / 'storage'}", work_dir=root / "work",
         body_timeout_seconds=TIMEOUT, upload_read_timeout_seconds=TIMEOUT, header_timeout_seconds=TIMEOUT,
-        max_uploads_per_key=1,
+        keep_alive_seconds=int(TIMEOUT * 2), max_uploads_per_key=1,  # longer than the head bound: which one acts
     )  # fmt: skip
 
 
@@ -173,6 +173,13 @@ def test_headers_sent_a_byte_at_a_time_are_ended_at_the_deadline(server: LiveApi
             time.sleep(TIMEOUT / 8)
         response = _answer(sock)
     assert response.startswith(b"HTTP/1.1 408") and b'"header_timeout"' in response, response[:300]
+
+
+def test_an_idle_kept_alive_connection_is_closed_without_another_answer(server: LiveApi) -> None:
+    sock = _open(server, "", b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+    with sock:
+        response = _answer(sock)  # until the keep-alive bound closes it
+    assert response.startswith(b"HTTP/1.1 200") and response.count(b"HTTP/1.1 ") == 1, response[:500]
 
 
 def test_a_live_client_is_not_cut_off(server: LiveApi, key: str, clip_short: Path) -> None:
