@@ -9,12 +9,13 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from redis import Redis
 from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
-from api import jobs, metrics, output, progress, ui, webhooks
+from api import docs, jobs, metrics, output, progress, ui, webhooks
 from api.openapi import SwapfarmAPI
 from api.schemas import Health
 from api.slots import KeySlots
@@ -23,8 +24,10 @@ from shared.db import engine_for
 from shared.dispatch import CeleryDispatcher
 from shared.errors import (
     RangeNotSatisfiableError,
+    RequestTimeoutError,
     ServiceUnavailableError,
     SwapfarmError,
+    TooLargeError,
     UnauthorizedError,
     public_message,
 )
@@ -45,6 +48,8 @@ def _error_headers(exc: SwapfarmError) -> dict[str, str] | None:
         return {"WWW-Authenticate": 'Bearer realm="swapfarm"'}
     if isinstance(exc, RangeNotSatisfiableError):
         return {"Content-Range": f"bytes */{exc.size}"}
+    if isinstance(exc, RequestTimeoutError | TooLargeError):
+        return {"Connection": "close"}  # the rest of the body was never read: the connection cannot carry another
     return None
 
 
@@ -59,9 +64,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.dispatcher = CeleryDispatcher(celery)
         app.state.farm = Farm(resolved, app.state.storage, app.state.dispatcher)  # what submissions act through
         app.state.metrics = metrics.registry_for(resolved.database_url, celery, lease_seconds=resolved.lease_seconds)
-        app.state.upload_slots = KeySlots(resolved.max_uploads_per_key, code="too_many_uploads", what="uploads")
-        app.state.stream_slots = KeySlots(resolved.max_streams_per_key, code="too_many_streams", what="event streams")
+        counts = Redis.from_url(resolved.broker_url)  # the caps are counted for every API process at once
+        ttl = resolved.slot_ttl_seconds
+        app.state.upload_slots = KeySlots(
+            counts, resolved.max_uploads_per_key, code="too_many_uploads", what="uploads", ttl=ttl
+        )
+        app.state.stream_slots = KeySlots(
+            counts, resolved.max_streams_per_key, code="too_many_streams", what="event streams", ttl=ttl
+        )
         yield
+        counts.close()
         celery.close()
 
     app = SwapfarmAPI(
@@ -69,12 +81,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version="0.1.0",
         summary="Submit face-swap video jobs to the farm and follow them.",
         lifespan=lifespan,
+        docs_url=None,  # FastAPI's pages load from a CDN; api.docs serves Swagger UI itself
+        redoc_url=None,
     )
     app.include_router(jobs.router)
     app.include_router(progress.router)
     app.include_router(output.router)
     app.include_router(metrics.router)
     app.include_router(webhooks.router)
+    app.include_router(docs.router)
     ui.mount(app)  # the jobs console at /ui (not in the OpenAPI description)
 
     @app.exception_handler(SwapfarmError)

@@ -120,7 +120,7 @@ async def create_job(
     A JSON body (``JobRequest``) names its inputs by URL instead (``s3://…`` under a prefix the operator allows)."""
     settings: Settings = request.app.state.settings
     slots: KeySlots = request.app.state.upload_slots
-    with slots.take(caller.key_id):
+    async with slots.hold(caller.key_id):
         if request.headers.get("content-type", "").split(";")[0].strip().lower() == "application/json":
             job_id = await create_job_from_json(request, caller, idempotency_key, settings)
             return await _accepted(settings, caller, job_id)

@@ -177,9 +177,9 @@ async def stream_events(
     settings: Settings = request.app.state.settings
     await run_in_threadpool(_poll, settings, caller, job_id, INT64_MAX)  # 404 before the stream starts
     slots: KeySlots = request.app.state.stream_slots
-    slot = slots.take(caller.key_id)
+    slot = await slots.take(caller.key_id)
     stream = _held(slot, _stream(request, settings, caller, job_id, last_event_id or 0, max_seconds))
-    weakref.finalize(stream, slot.release)  # a stream never started (the client left) gives its place back too
+    weakref.finalize(stream, slot.release_now)  # a stream never started (the client left) gives its place back too
     return EventStreamResponse(stream, headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
 
@@ -189,4 +189,4 @@ async def _held(slot: Slot, stream: AsyncIterator[str]) -> AsyncIterator[str]:
         async for item in stream:
             yield item
     finally:
-        slot.release()
+        await slot.release()

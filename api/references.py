@@ -24,6 +24,7 @@ from fastapi import Request
 from fastapi.concurrency import run_in_threadpool
 from pydantic import ValidationError
 
+from api.bodies import read_small
 from api.schemas import InputRef, JobRequest
 from api.uploads import accept_job
 from shared.errors import InputUrlError, InvalidOptionsError, RequestInvalidError, TooLargeError
@@ -103,18 +104,6 @@ def fetch(settings: Settings, ref: InputRef, local: Path, limit: int, code: str)
     return Fetched(Upload(path=local, name=name, sha256=digest.hexdigest()), digest.hexdigest())
 
 
-async def _body(request: Request) -> bytes:
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > JSON_LIMIT:
-        raise TooLargeError(f"a JSON submission is at most {JSON_LIMIT} bytes", code="request_too_large")
-    body = bytearray()
-    async for block in request.stream():
-        body.extend(block)
-        if len(body) > JSON_LIMIT:
-            raise TooLargeError(f"a JSON submission is at most {JSON_LIMIT} bytes", code="request_too_large")
-    return bytes(body)
-
-
 def parse(body: bytes) -> JobRequest:
     """Raises:
     InvalidOptionsError: ``options`` fails the JobOptions schema.
@@ -140,7 +129,7 @@ async def create_job_from_json(
     Raises:
         What ``shared.submission.submit`` raises; InputUrlError, TooLargeError: a reference is refused.
     """
-    body = parse(await _body(request))
+    body = parse(await read_small(request, settings, limit=JSON_LIMIT, what="a JSON submission"))
     await run_in_threadpool(
         lambda: screen(
             settings, caller, priority=body.priority, sources=len(body.sources), callback_url=body.callback_url

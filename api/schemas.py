@@ -37,7 +37,10 @@ _ERROR_CODES: dict[int, tuple[str, list[str]]] = {
     401: ("No API key, or an unknown or revoked one", ["unauthorized"]),
     403: ("The key lacks the admin scope", ["forbidden"]),
     404: ("No such job, or the job belongs to another tenant", ["not_found"]),
-    408: ("The upload stopped sending for longer than the read timeout", ["upload_timeout"]),
+    408: (
+        "The upload stopped sending for longer than the read timeout, or the body did not arrive in time",
+        ["upload_timeout", "body_timeout"],
+    ),
     409: (
         "The request conflicts with the job's state or an earlier request",
         ["job_not_cancellable", "job_not_retryable", "output_not_ready", "idempotency_conflict"],

@@ -1,79 +1,135 @@
-"""Per-key caps on long requests: uploads in progress and open event streams, counted per API process.
+"""Per-key caps on long requests: uploads in progress and open event streams, counted in Redis across every API
+process and replica.
 
 A key at its cap gets a 429 with a stable code (``too_many_uploads``, ``too_many_streams``) instead of holding
-more of the server's connections, threads and disk. Counts live in the process: with ``--workers N`` a key may hold
-N times the cap across the server — a bound, which is what protects each process.
+more of the farm's connections, threads and disk. Each place is a member of a sorted set per key and cap
+(``swapfarm:slots:<code>:<key id>``) scored by when it expires: the process holding it pushes that forward every
+third of ``slot_ttl_seconds`` while the request runs and removes it when the request ends, so the places of an API
+process that died (killed, its host lost) come free within ``slot_ttl_seconds``. Taking a place is one Lua script
+(drop the expired, count, add), so two processes racing for the last place cannot both get it; times are Redis's
+own clock, so hosts whose clocks disagree agree on expiry. Redis is called through the synchronous client, off the
+event loop (a worker thread): its connections belong to no event loop, so a finalizer may give a place back too.
 """
 
 from __future__ import annotations
 
-import threading
-from collections import Counter
-from types import TracebackType
+import asyncio
+import logging
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, suppress
+from typing import Any
 
-from shared.errors import TooManyRequestsError
+from redis import Redis
+from redis.exceptions import RedisError
+from starlette.concurrency import run_in_threadpool
+
+from shared.errors import ServiceUnavailableError, TooManyRequestsError
 
 __all__ = ["KeySlots", "Slot"]
 
+logger = logging.getLogger(__name__)
+
+# KEYS[1]: the key's set; ARGV: limit, member, ttl (ms). Returns the places held after, or -1 when full.
+_TAKE = """
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[1]) then return -1 end
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return redis.call('ZCARD', KEYS[1])
+"""
+# KEYS[1]: the key's set; ARGV: member, ttl (ms). Pushes a held place's expiry forward (not one already gone).
+_RENEW = """
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local renewed = redis.call('ZADD', KEYS[1], 'XX', 'CH', now + tonumber(ARGV[2]), ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return renewed
+"""
+
 
 class Slot:
-    """One place taken; :meth:`release` (idempotent) gives it back."""
+    """One place taken, renewed while held; :meth:`release` (idempotent) gives it back."""
 
-    def __init__(self, owner: KeySlots, key: str) -> None:
-        self._owner, self._key, self._held = owner, key, True
+    def __init__(self, owner: KeySlots, name: str, member: str) -> None:
+        self._owner, self._name, self._member = owner, name, member
+        self._renewing: asyncio.Task[None] | None = asyncio.get_running_loop().create_task(self._renew())
 
-    def release(self) -> None:
-        if self._held:
-            self._held = False
-            self._owner._give_back(self._key)
+    async def _renew(self) -> None:
+        while True:
+            await asyncio.sleep(self._owner.ttl / 3)
+            try:
+                await self._owner.renew(self._name, self._member)
+            except RedisError as exc:  # the place expires unless a later renewal gets through
+                logger.warning("could not renew an upload or stream place: %s", exc)
 
-    def __enter__(self) -> Slot:
-        return self
+    async def release(self) -> None:
+        if self._renewing is None:
+            return
+        self._renewing.cancel()
+        self._renewing = None
+        try:
+            await self._owner.give_back(self._name, self._member)
+        except RedisError as exc:
+            logger.warning("could not give a place back (it expires in %gs): %s", self._owner.ttl, exc)
 
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.release()
+    def release_now(self) -> None:
+        """Release from code that cannot wait (a finalizer), blocking for the one Redis call."""
+        if self._renewing is None:
+            return
+        with suppress(RuntimeError):  # the event loop is closed: nothing renews the place any more
+            self._renewing.get_loop().call_soon_threadsafe(self._renewing.cancel)
+        self._renewing = None
+        try:
+            self._owner.redis.zrem(self._name, self._member)
+        except RedisError as exc:
+            logger.warning("could not give a place back (it expires in %gs): %s", self._owner.ttl, exc)
 
 
 class KeySlots:
-    """At most ``limit`` places per key at once.
+    """At most ``limit`` places per key at once, across every process using the same Redis database."""
 
-    >>> slots = KeySlots(1, code="too_many_streams", what="event streams")
-    >>> first = slots.take("k")
-    >>> slots.take("k")
-    Traceback (most recent call last):
-    ...
-    shared.errors.TooManyRequestsError: too_many_streams: this API key has 1 event streams open, the most allowed
-    >>> first.release(); slots.take("k").release(); slots.held("k")
-    0
-    """
+    def __init__(self, redis: Redis, limit: int, *, code: str, what: str, ttl: float) -> None:
+        self.redis, self.limit, self.code, self.what, self.ttl = redis, limit, code, what, ttl
+        self._take: Any = redis.register_script(_TAKE)
+        self._renew: Any = redis.register_script(_RENEW)
 
-    def __init__(self, limit: int, *, code: str, what: str) -> None:
-        self.limit, self.code, self.what = limit, code, what
-        self._held: Counter[str] = Counter()
-        self._lock = threading.Lock()
+    def _name(self, key: str) -> str:
+        return f"swapfarm:slots:{self.code}:{key}"
 
-    def take(self, key: str) -> Slot:
+    async def take(self, key: str) -> Slot:
         """Take a place for ``key``.
 
         Raises:
             TooManyRequestsError: the key holds ``limit`` places already.
+            ServiceUnavailableError: Redis does not answer.
         """
-        with self._lock:
-            if self._held[key] >= self.limit:
-                raise TooManyRequestsError(
-                    f"this API key has {self._held[key]} {self.what} open, the most allowed", code=self.code
-                )
-            self._held[key] += 1
-        return Slot(self, key)
+        name, member = self._name(key), uuid.uuid4().hex
+        try:
+            held = int(
+                await run_in_threadpool(self._take, keys=[name], args=[self.limit, member, int(self.ttl * 1000)])
+            )
+        except RedisError as exc:
+            raise ServiceUnavailableError(f"the {self.what} count is unavailable; try again shortly") from exc
+        if held < 0:
+            raise TooManyRequestsError(
+                f"this API key has {self.limit} {self.what} open, the most allowed", code=self.code
+            )
+        return Slot(self, name, member)
 
-    def held(self, key: str) -> int:
-        with self._lock:
-            return self._held[key]
+    @asynccontextmanager
+    async def hold(self, key: str) -> AsyncIterator[Slot]:
+        """A place for ``key`` while the block runs (:meth:`take`, then :meth:`Slot.release`)."""
+        slot = await self.take(key)
+        try:
+            yield slot
+        finally:
+            await slot.release()
 
-    def _give_back(self, key: str) -> None:
-        with self._lock:
-            self._held[key] -= 1
-            if self._held[key] <= 0:
-                del self._held[key]
+    async def renew(self, name: str, member: str) -> None:
+        await run_in_threadpool(self._renew, keys=[name], args=[member, int(self.ttl * 1000)])
+
+    async def give_back(self, name: str, member: str) -> None:
+        await run_in_threadpool(self.redis.zrem, name, member)

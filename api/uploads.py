@@ -8,7 +8,6 @@ request with a 413 — the rest of the body is never read, and memory holds one 
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import re
 from collections.abc import Callable
@@ -19,9 +18,10 @@ from typing import IO, TYPE_CHECKING, Any
 from python_multipart.exceptions import MultipartParseError
 from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.concurrency import run_in_threadpool
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import Request
 
-from shared.errors import RequestInvalidError, RequestTimeoutError, TooLargeError
+from api.bodies import Body, declared_too_large
+from shared.errors import RequestInvalidError, TooLargeError
 from shared.settings import Settings
 from shared.submission import Submission, Upload, submit
 from shared.tasks import DEFAULT_PRIORITY
@@ -210,47 +210,6 @@ def _priority(raw: str | None) -> int:
         raise RequestInvalidError(f"priority: an integer, not {_printable(raw.strip())[:20]!r}") from exc
 
 
-# After the read timeout, how long the body may still take to show what already arrived: a server whose event loop
-# was held up (a busy host) sees the timer and the bytes that came meanwhile at once, and must not end a live upload.
-_GRACE_SECONDS = 1.0
-
-
-class _Body:
-    """The request body a block at a time, each wait bounded by the read timeout.
-
-    ``receive`` is awaited directly (not ``request.stream()``, which a timeout would close): a wait that timed out
-    leaves what the server buffered in place, so one more short wait tells a stalled client from a late loop.
-    """
-
-    def __init__(self, request: Request, timeout: float) -> None:
-        self._request, self._timeout, self._done = request, timeout, False
-
-    async def next_block(self) -> bytes | None:
-        """The next non-empty block, or None at the body's end.
-
-        Raises:
-            RequestTimeoutError: ``upload_timeout``: nothing arrived for the timeout (and the grace after it).
-            ClientDisconnect: the client went away.
-        """
-        while not self._done:
-            try:
-                message = await asyncio.wait_for(self._request.receive(), timeout=self._timeout)
-            except TimeoutError:
-                try:
-                    message = await asyncio.wait_for(self._request.receive(), timeout=_GRACE_SECONDS)
-                except TimeoutError as exc:
-                    raise RequestTimeoutError(
-                        f"the upload sent nothing for {self._timeout:.0f}s; it was ended"
-                    ) from exc
-            if message["type"] == "http.disconnect":
-                raise ClientDisconnect()
-            self._done = not message.get("more_body", False)
-            body: bytes = message.get("body", b"")
-            if body:
-                return body
-        return None
-
-
 async def read_job_form(
     request: Request, folder: Path, settings: Settings, *, extra: Callable[[str], bool] | None = None
 ) -> JobForm:
@@ -269,13 +228,11 @@ async def read_job_form(
     if content_type != b"multipart/form-data" or not boundary:
         raise RequestInvalidError("the body must be multipart/form-data (with a boundary)")
     limit = body_limit(settings)
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise TooLargeError(f"the request body is larger than the {limit} byte limit", code="request_too_large")
+    declared_too_large(request, limit)
     reader = _FormReader(folder, settings, extra)
     parser = MultipartParser(boundary, reader.callbacks())
     received = 0
-    body = _Body(request, settings.upload_read_timeout_seconds)
+    body = Body(request, read_timeout=settings.upload_read_timeout_seconds)
     try:
         while (block := await body.next_block()) is not None:
             received += len(block)

@@ -131,11 +131,15 @@ def api(
     """Serve the HTTP API (uvicorn)."""
     import uvicorn
 
+    from api.server import uvicorn_options
     from cli.logs import configure
 
     configure()
-    get_settings()  # fail fast on bad settings, before binding the port
-    uvicorn.run("api.app:create_app", factory=True, host=host, port=port, workers=workers, log_config=None)
+    settings = get_settings()  # fail fast on bad settings, before binding the port
+    uvicorn.run(
+        "api.app:create_app", factory=True, host=host, port=port, workers=workers, log_config=None,
+        **uvicorn_options(settings),
+    )  # fmt: skip
 
 
 @app.command()
@@ -269,9 +273,13 @@ def db_upgrade(
         str | None,
         typer.Option(help="Then grant this existing role the workers' rights (no access to API keys)"),
     ] = None,
+    api_role: Annotated[
+        str | None,
+        typer.Option(help="Then grant this existing role the API's rights (what it writes; not the schema)"),
+    ] = None,
 ) -> None:
-    """Bring the database to the newest schema (Alembic), and grant the workers' role its rights."""
-    from shared.schema import grant_worker_role, upgrade
+    """Bring the database to the newest schema (Alembic), and grant the workers' and the API's roles their rights."""
+    from shared.schema import grant_api_role, grant_worker_role, upgrade
 
     settings = get_settings()
     upgrade(settings.database_url, revision)
@@ -279,6 +287,9 @@ def db_upgrade(
     if worker_role:
         grant_worker_role(settings.database_url, worker_role)
         err.print(f"role {worker_role}: the workers' rights granted")
+    if api_role:
+        grant_api_role(settings.database_url, api_role)
+        err.print(f"role {api_role}: the API's rights granted")
 
 
 def main() -> None:  # pragma: no cover

@@ -14,6 +14,7 @@
     │   ├── SourceImageError          source_invalid: a source is not a readable image
     │   ├── NoFaceInSourceError       source_no_face: no face found in a source image
     │   ├── RequestInvalidError       request_invalid: the request itself is malformed (form, query, header)
+    │   │   ├── FormInvalidError (400) form_invalid: a console form that is not one (too many fields …)
     │   │   ├── TooManySourcesError   too_many_sources: more source images than a job takes
     │   │   └── TenantNameError       tenant_name_invalid: a tenant name outside the allowed characters
     │   ├── MediaLimitError           media_limit_exceeded: over a limit; its subclasses say which
@@ -32,6 +33,8 @@
     │   │   ├── SourceTooLargeError   source_too_large
     │   │   └── RequestTooLargeError  request_too_large
     │   └── RequestTimeoutError (408) upload_timeout: the upload stopped sending
+    │       ├── BodyTimeoutError      body_timeout: a small body (form, JSON) did not arrive in time
+    │       └── HeaderTimeoutError    header_timeout: a request's headers did not arrive in time
     ├── UnauthorizedError (401)       unauthorized: no API key, or an unknown or revoked one
     ├── ForbiddenError (403)          forbidden: the key lacks the admin scope (never for another tenant's job)
     ├── NotFoundError (404)           not_found: no such job, or not yours
@@ -168,6 +171,11 @@ class RequestInvalidError(InputError):
     code = "request_invalid"
 
 
+class FormInvalidError(RequestInvalidError):
+    code = "form_invalid"
+    http_status = 400
+
+
 class TooManySourcesError(RequestInvalidError):
     code = "too_many_sources"
 
@@ -239,6 +247,14 @@ class ContentRefusedError(InputError):
 class RequestTimeoutError(InputError):
     code = "upload_timeout"
     http_status = 408
+
+
+class BodyTimeoutError(RequestTimeoutError):
+    code = "body_timeout"
+
+
+class HeaderTimeoutError(RequestTimeoutError):
+    code = "header_timeout"
 
 
 class UnauthorizedError(SwapfarmError):

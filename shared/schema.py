@@ -1,5 +1,5 @@
 """Bringing a database to the newest schema with Alembic (the only thing that changes the schema), and the rights
-of the workers' database role on it."""
+of the workers' and the API's database roles on it (neither owns a table: neither may change the schema)."""
 
 from __future__ import annotations
 
@@ -42,10 +42,24 @@ NO_ACCESS = ("api_keys", "ui_sessions", "alembic_version")
 _ROLE = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
 
-def grant_worker_role(database_url: str, role: str) -> None:
-    """Give the (existing) Postgres role ``role`` the workers' rights, and nothing on the API keys.
+# What the API's role may do: submit jobs (jobs, their events, a tenant's admission lock and served-at), cancel and
+# retry them (chunks), read and touch API keys (last use), open and end console sessions, queue a cancelled job's
+# webhook, read the workers for the console. Never the schema (it owns nothing), never a key's deletion.
+API_GRANTS: dict[str, str] = {
+    "jobs": "SELECT, INSERT, UPDATE",
+    "chunks": "SELECT, UPDATE",
+    "job_events": "SELECT, INSERT",
+    "tenants": "SELECT, UPDATE",
+    "api_keys": "SELECT, UPDATE",
+    "ui_sessions": "SELECT, INSERT, DELETE",
+    "webhook_deliveries": "SELECT, INSERT",
+    "workers": "SELECT",
+}
+API_SEQUENCES = ("job_events_id_seq",)
 
-    Run after every upgrade, as the tables' owner: a new table is nobody's until granted here.
+
+def _grant(database_url: str, role: str, grants: dict[str, str], sequences: tuple[str, ...]) -> None:
+    """Give the (existing) Postgres role ``role`` exactly ``grants`` (every other table: nothing).
 
     Raises:
         ValueError: ``role`` is not a plain lower-case identifier.
@@ -54,10 +68,30 @@ def grant_worker_role(database_url: str, role: str) -> None:
         raise ValueError(f"not a role name: {role!r}")
     with engine_for(database_url).begin() as conn:
         conn.execute(text(f'GRANT USAGE ON SCHEMA public TO "{role}"'))
-        for table in NO_ACCESS:
+        for table in NO_ACCESS + tuple(API_GRANTS) + tuple(WORKER_GRANTS):
             conn.execute(text(f'REVOKE ALL ON TABLE "{table}" FROM "{role}"'))
-        for table, rights in WORKER_GRANTS.items():
-            conn.execute(text(f'REVOKE ALL ON TABLE "{table}" FROM "{role}"'))
+        for table, rights in grants.items():
             conn.execute(text(f'GRANT {rights} ON TABLE "{table}" TO "{role}"'))
-        for sequence in WORKER_SEQUENCES:
+        for sequence in sequences:
             conn.execute(text(f'GRANT USAGE, SELECT ON SEQUENCE "{sequence}" TO "{role}"'))
+
+
+def grant_worker_role(database_url: str, role: str) -> None:
+    """Give the (existing) Postgres role ``role`` the workers' rights, and nothing on the API keys.
+
+    Run after every upgrade, as the tables' owner: a new table is nobody's until granted here.
+
+    Raises:
+        ValueError: ``role`` is not a plain lower-case identifier.
+    """
+    _grant(database_url, role, WORKER_GRANTS, WORKER_SEQUENCES)
+
+
+def grant_api_role(database_url: str, role: str) -> None:
+    """Give the (existing) Postgres role ``role`` the API's rights (``API_GRANTS``): it writes jobs, events, keys'
+    last use and sessions, and may not change the schema. Run after every upgrade, as the tables' owner.
+
+    Raises:
+        ValueError: ``role`` is not a plain lower-case identifier.
+    """
+    _grant(database_url, role, API_GRANTS, API_SEQUENCES)

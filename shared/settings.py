@@ -76,11 +76,25 @@ class Settings(BaseSettings):
     chunk_stall_seconds: float = Field(
         120.0, gt=0, description="A chunk whose decoder or encoder makes no progress for this long is stopped"
     )
-    max_streams_per_key: int = Field(4, ge=1, description="Event streams open at once per API key (per API process)")
-    max_uploads_per_key: int = Field(4, ge=1, description="Submissions uploading at once per API key (per API process)")
-    upload_read_timeout_seconds: float = Field(
-        60.0, gt=0, description="An upload that sends nothing for this long is ended (408)"
+    max_streams_per_key: int = Field(4, ge=1, description="Event streams open at once per API key (all API processes)")
+    max_uploads_per_key: int = Field(
+        4, ge=1, description="Submissions uploading at once per API key (all API processes)"
     )
+    slot_ttl_seconds: float = Field(
+        30.0, gt=0, description="A place under those caps held by an API process that died comes free after this long"
+    )
+    upload_read_timeout_seconds: float = Field(
+        60.0, gt=0, description="An upload that sends nothing for this long is ended (408 upload_timeout)"
+    )
+    body_timeout_seconds: float = Field(
+        15.0, gt=0, description="A small body (a console form, a JSON submission) must arrive whole within this (408)"
+    )
+    header_timeout_seconds: float = Field(
+        10.0,
+        gt=0,
+        description="A connection must send a whole request head within this of opening or of its first byte",
+    )
+    keep_alive_seconds: int = Field(5, ge=1, description="An idle keep-alive connection is closed after this long")
     max_waiting_jobs_per_tenant: int = Field(200, ge=1, description="Jobs of one tenant waiting for a place at once")
     max_stored_bytes_per_tenant: int = Field(
         1024**4, gt=0, description="Bytes of inputs and outputs one tenant keeps stored (jobs not yet expired)"

@@ -13,7 +13,9 @@
   ``webhook-signature`` (``v1,<base64 HMAC-SHA256 of "id.timestamp.body">``) made by the ``standardwebhooks``
   library. Each tenant has its own secret, derived from ``SWAPFARM_SECRET_KEY`` (``GET /v1/webhooks/secret``).
 * **SSRF.** :func:`check_callback_url` allows only ``https`` in production (``http`` too elsewhere), no user info,
-  and a host whose *every* address is public, or inside ``webhook_allowed_networks``. It runs at submission and
+  and a host whose *every* address is public, or inside ``webhook_allowed_networks`` (:func:`forbidden_reason`; an
+  IPv6 address that carries an IPv4 one — mapped, NAT64, 6to4, Teredo … — is judged by the IPv4 one, and one whose
+  IPv4 address cannot be found is refused). It runs at submission and
   again before each attempt, whose connection then goes to an address just checked (no second DNS lookup for an
   attacker to answer differently).
 """
@@ -39,6 +41,7 @@ from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 from standardwebhooks import Webhook
 
+from shared.addresses import IPAddress, IPNetwork, forbidden_reason
 from shared.errors import CallbackUrlError, WebhookWorkerLostError
 from shared.events import EventKind, record
 from shared.models import Job, Tenant, WebhookDelivery, utcnow
@@ -53,8 +56,6 @@ EVENT_TYPES: dict[JobStatus, EventType] = {
 MAX_URL_LENGTH = 2048
 PENDING, DELIVERED, ABANDONED = "pending", "delivered", "abandoned"
 
-IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
-IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 Resolver = Callable[[str, int], Sequence[str]]
 _UNSAFE = re.compile(r"[\x00-\x20\x7f]")
 
@@ -89,15 +90,6 @@ class Target:
 def _resolve(host: str, port: int) -> list[str]:
     infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     return [str(info[4][0]) for info in infos]
-
-
-def _forbidden(address: IPAddress, allowed: Sequence[IPNetwork]) -> bool:
-    if any(address in network for network in allowed):
-        return False
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        return _forbidden(address.ipv4_mapped, allowed)
-    # not global: loopback, link-local (169.254.0.0/16, cloud metadata), private, shared (100.64/10), reserved …
-    return not address.is_global or address.is_multicast
 
 
 def check_callback_url(
@@ -146,8 +138,9 @@ def check_callback_url(
     if not addresses:
         raise CallbackUrlError(f"callback_url: the host {host!r} does not resolve")
     for address in addresses:
-        if _forbidden(address, allowed):
-            raise CallbackUrlError(f"callback_url: {address} is not a public address", code="callback_url_forbidden")
+        reason = forbidden_reason(address, allowed)
+        if reason is not None:
+            raise CallbackUrlError(f"callback_url: {reason}", code="callback_url_forbidden")
     return Target(url=parts, host=host, port=port, addresses=addresses)
 
 

@@ -8,11 +8,15 @@ Two sources, joined by the worker's name (Celery's node name, ``cpu-4121@gpu-7``
   last ten minutes over their render time) — measured on real work, not reported by the worker.
 
 A worker whose heartbeat is older than three intervals shows as offline (it may have been killed).
+
+What a tenant sees is less than an admin (:func:`_as_seen_by`): its own chunks only (a worker rendering another
+tenant's shows as busy, nothing more), and no host names or devices — a worker is ``worker 3`` to it, since the
+Celery node name carries the host.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from sqlalchemy import func, select
@@ -28,7 +32,7 @@ SHOWN_FOR = timedelta(days=1)  # workers not seen for longer drop off the page
 
 @dataclass(frozen=True)
 class Current:
-    job_id: str | None  # None: another tenant's job, not shown to this viewer
+    job_id: str
     chunk_index: int
     frames_done: int
     frames: int
@@ -42,6 +46,7 @@ class WorkerRow:
     device: str
     state: str  # online, offline, stopped
     current: Current | None
+    busy: bool  # rendering a chunk (shown as such when the chunk is not the viewer's)
     fps: float | None
     last_seen: datetime | None
 
@@ -71,11 +76,11 @@ def worker_rows(session: Session, viewer: Principal, heartbeat_seconds: float) -
     fps = {str(name): round(float(frames) / float(seconds), 1) for name, frames, seconds, _ in rates if seconds}
     finished = {str(name): at for name, _, _, at in rates}
     current: dict[str, Current] = {}
+    owners: dict[str, str | None] = {}
     started: dict[str, datetime] = {}
     for worker, job_id, tenant_id, index, done, start, end, at in running:
         name = str(worker)
-        visible = viewer.admin or tenant_id == viewer.tenant_id
-        current[name] = Current(job_id if visible else None, index, done, end - start)
+        current[name], owners[name] = Current(job_id, index, done, end - start), tenant_id
         if at is not None:
             started[name] = at
     rows = []
@@ -99,8 +104,25 @@ def worker_rows(session: Session, viewer: Principal, heartbeat_seconds: float) -
                 device=presence.device if presence else "",
                 state=state,
                 current=current.get(name),
+                busy=name in current,
                 fps=fps.get(name),
                 last_seen=last_seen,
             )
         )
-    return rows
+    return _as_seen_by(viewer, rows, owners)
+
+
+def _as_seen_by(viewer: Principal, rows: list[WorkerRow], owners: dict[str, str | None]) -> list[WorkerRow]:
+    """An admin sees every row whole; a tenant sees its own chunks only, and no host names or devices."""
+    if viewer.admin:
+        return rows
+    return [
+        replace(
+            row,
+            name=f"worker {number}",
+            hostname="",
+            device="",
+            current=row.current if owners.get(row.name) == viewer.tenant_id else None,
+        )
+        for number, row in enumerate(rows, start=1)
+    ]

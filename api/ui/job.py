@@ -15,6 +15,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response, Streamin
 from sqlalchemy import select
 
 from api import output
+from api.bodies import read_form
 from api.schemas import ChunkView, EventView
 from api.ui.rendering import (
     JobId,
@@ -23,7 +24,6 @@ from api.ui.rendering import (
     not_found,
     page,
     refused,
-    small_form,
 )
 from api.ui.sessions import (
     Viewer,
@@ -127,7 +127,7 @@ def job_live(request: Request, viewer: Look, job_id: str) -> HTMLResponse:
 async def _act(request: Request, viewer: Viewer, job_id: str, action: str) -> Response:
     """Cancel or retry from the job page: ``shared.control.cancel`` / ``retry``, as ``POST /v1/jobs/{id}/…``;
     a refusal is a page with its message and the status ``/v1`` answers it with."""
-    form = await small_form(request)
+    form = await read_form(request)
     if not csrf_ok(viewer, form.get("csrf_token")):
         return forbidden(request, viewer)
     change = control.cancel if action == "cancel" else control.retry

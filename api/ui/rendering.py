@@ -6,7 +6,6 @@ from __future__ import annotations
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
-from urllib.parse import parse_qs
 
 from fastapi import Depends, Request
 from fastapi import Path as PathParam
@@ -19,7 +18,6 @@ from shared.errors import SwapfarmError, public_message
 templates = Jinja2Templates(directory=Path(__file__).parent / "templates")
 Look = Annotated[Viewer, Depends(viewer_of)]
 JobId = Annotated[str, PathParam(pattern=r"^[0-9a-f]{32}$")]
-FORM_LIMIT = 16 * 1024  # bytes of a small (urlencoded) form
 # Content-Security-Policy: scripts, styles and media from this origin only; nothing inline, no frames.
 HEADERS = {
     "Content-Security-Policy": (
@@ -50,17 +48,6 @@ templates.env.filters["duration"] = _duration
 
 def page(request: Request, name: str, context: dict[str, Any], status: int = 200) -> HTMLResponse:
     return templates.TemplateResponse(request, name, context, status_code=status, headers=HEADERS)
-
-
-async def small_form(request: Request) -> dict[str, str]:
-    """An urlencoded form of a few fields, read with a cap on its size (the last value of each field)."""
-    body = bytearray()
-    async for block in request.stream():
-        body.extend(block)
-        if len(body) > FORM_LIMIT:
-            break
-    parsed = parse_qs(bytes(body[:FORM_LIMIT]).decode("utf-8", "replace"), max_num_fields=20)
-    return {name: values[-1] for name, values in parsed.items()}
 
 
 def forbidden(request: Request, viewer: Viewer) -> HTMLResponse:

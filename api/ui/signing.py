@@ -10,11 +10,11 @@ from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
+from api.bodies import read_form
 from api.ui.rendering import (
     Look,
     forbidden,
     page,
-    small_form,
 )
 from api.ui.sessions import (
     csrf_ok,
@@ -68,7 +68,7 @@ def sign_inpage(request: Request, next: Annotated[str | None, Query(max_length=3
 @router.post("/sign-in", response_class=HTMLResponse)
 async def sign_in_submit(request: Request) -> Response:
     settings: Settings = request.app.state.settings
-    form = await small_form(request)
+    form = await read_form(request)
     target = local_path(form.get("next"))
     error = None
     if not sign_in_token_ok(request, form.get("csrf_token")):
@@ -91,7 +91,7 @@ async def sign_in_submit(request: Request) -> Response:
 
 @router.post("/sign-out")
 async def sign_out_submit(request: Request, viewer: Look) -> Response:
-    form = await small_form(request)
+    form = await read_form(request)
     if not csrf_ok(viewer, form.get("csrf_token")):
         return forbidden(request, viewer)
     response = RedirectResponse("/ui/sign-in", status_code=303)

@@ -34,13 +34,15 @@ from tests.deploy.deployfiles import (
 REQUIRED = {
     "POSTGRES_PASSWORD": "pg-4f0c2d",
     "WORKER_POSTGRES_PASSWORD": "pgw-7c1e09",
+    "API_POSTGRES_PASSWORD": "pga-3b8d51",
     "REDIS_PASSWORD": "redis-9a1b7e",
     "SWAPFARM_SECRET_KEY": "a-real-secret-0123456789",
     "SWAPFARM_FLOWER_PASSWORD": "flower-5e2d",
 }
 ONE_SHOT = {"migrate", "minio-init"}
-# The services that log in to Postgres as the schema's owner; every other one uses the workers' role.
-OWNER_SERVICES = {"migrate", "api"}
+# The services that log in to Postgres as the schema's owner, as the API's role; every other one, the workers' role.
+OWNER_SERVICES = {"migrate"}
+API_SERVICES = {"api"}
 # Images without the worker extra can run only these subcommands.
 API_IMAGE_COMMANDS = {"api", "db"}
 
@@ -108,7 +110,7 @@ def test_each_service_environment_builds_production_settings_and_default_secrets
         env = {**env_instructions(images[image]), **environment(service)}
         settings = settings_of(env)
         assert settings.environment == "production", name
-        login = "swapfarm" if name in OWNER_SERVICES else "swapfarm_worker"
+        login = "swapfarm" if name in OWNER_SERVICES else "swapfarm_api" if name in API_SERVICES else "swapfarm_worker"
         assert settings.database_url.startswith(f"postgresql+psycopg://{login}:"), name
         assert settings.broker_url.startswith("redis://"), name
         assert settings.storage_url == "file:///var/lib/swapfarm/storage", name
@@ -137,11 +139,15 @@ def test_workers_reach_postgres_with_a_role_of_their_own_that_migrate_grants(
     init = next(v.split(":")[0] for v in postgres["volumes"] if "docker-entrypoint-initdb.d" in v)
     script = (DOCKER.parent / init).resolve() / "10-worker-role.sh"
     assert "CREATE ROLE swapfarm_worker LOGIN" in script.read_text()
-    assert services["migrate"]["command"][-2:] == ["--worker-role", "swapfarm_worker"]
+    assert services["migrate"]["command"][-4:] == ["--worker-role", "swapfarm_worker", "--api-role", "swapfarm_api"]
+    assert "CREATE ROLE swapfarm_api LOGIN" in (script.parent / "20-api-role.sh").read_text()
     for name, service in _farm_services(services).items():
         url = environment(service).get("SWAPFARM_DATABASE_URL", "")
         if name in OWNER_SERVICES:
             assert url.startswith("postgresql+psycopg://swapfarm:"), name
+        elif name in API_SERVICES:
+            assert url.startswith("postgresql+psycopg://swapfarm_api:"), name
+            assert REQUIRED["POSTGRES_PASSWORD"] not in url, f"{name} must not hold the owner's password"
         elif name != "flower":
             assert url.startswith("postgresql+psycopg://swapfarm_worker:"), name
             assert REQUIRED["POSTGRES_PASSWORD"] not in url, f"{name} must not hold the owner's password"
