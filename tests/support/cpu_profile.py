@@ -3,7 +3,9 @@
 Each test's record holds its wall time (set-up, call and tear-down together) and the CPU seconds (user + system)
 of the pytest process and of its reaped children over that span, so that the time the processes a test starts
 (workers, ffmpeg, the browser) spend is counted with it. Children still alive at a test's end (a module's farm)
-are counted with the test that reaps them. Loaded by ``tests/conftest.py``; off unless the variable is set."""
+are counted with the test that reaps them; the pool processes of a worker killed with SIGKILL are reaped by init,
+so their CPU is not counted. The file is rewritten after every test. Loaded by ``tests/conftest.py``; off unless
+the variable is set."""
 
 from __future__ import annotations
 
@@ -47,8 +49,12 @@ class _Profile:
                 "cpu_children_s": round(_cpu(resource.RUSAGE_CHILDREN) - children0, 3),
             }
         )
+        self._write()  # after every test: a run stopped half-way still leaves its profile so far
 
     def pytest_sessionfinish(self) -> None:
+        self._write()
+
+    def _write(self) -> None:
         total = {
             "wall_s": round(time.monotonic() - self.started, 3),
             "cpu_self_s": round(_cpu(resource.RUSAGE_SELF) - self.self0, 3),
