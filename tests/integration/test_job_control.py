@@ -54,7 +54,7 @@ def _log_time(farm: Farm, worker: str, *needles: str) -> float | None:
 def test_cancel_mid_render_stops_the_worker_within_a_batch_and_leaves_no_chunk_behind(
     farm: Farm, api: TestClient, settings: Settings, clip_short: Path, tmp_path: Path
 ) -> None:
-    clip = make_clip(tmp_path / "clip.mp4", seconds=6, size="640x360")
+    clip = make_clip(tmp_path / "hd.mp4", seconds=6, size="1280x720")
     farm.worker("w1")
     # The slowest x264 preset makes each chunk last seconds (several heartbeats), however fast the machine.
     slow = {**LOSSLESS, "encoder": {"lossless": True, "preset": "veryslow"}, "chunk_frames": 90}

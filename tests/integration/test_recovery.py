@@ -179,7 +179,7 @@ class TestWorkerKilledAtDefaults:
         self, farm: Farm, api: TestClient, settings: Settings, tmp_path: Path
     ) -> None:
         assert settings.lease_seconds == 15 and settings.heartbeat_seconds == 3
-        clip = make_clip(tmp_path / "clip.mp4", seconds=10)  # veryslow: each chunk lasts seconds all the same
+        clip = make_clip(tmp_path / "clip.mp4", seconds=10, size="640x360")
         options = {"processors": ["passthrough"], "encoder": {"lossless": True, "preset": "veryslow"}}
         _two_workers_and_the_reaper(farm)
         job_id = submit(api, clip, {**options, "chunk_frames": 100})
