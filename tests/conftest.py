@@ -26,6 +26,9 @@ REDIS_BASE = os.environ.get("SWAPFARM_TEST_REDIS", "redis://127.0.0.1:6379")
 # One Redis database per concurrent test run (tests flush it); 11 unless told otherwise.
 REDIS_DB = int(os.environ.get("SWAPFARM_TEST_REDIS_DB", "11"))
 
+# SWAPFARM_TEST_PROFILE=FILE writes a per-test wall and CPU profile (tests/support/cpu_profile.py).
+pytest_plugins = ["tests.support.cpu_profile"]
+
 
 @pytest.fixture(scope="session")
 def database_url() -> Iterator[str]:

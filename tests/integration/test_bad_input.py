@@ -24,7 +24,7 @@ from shared.db import session_scope
 from shared.media import probe
 from shared.models import Chunk, Job
 from shared.settings import Settings
-from tests.integration.conftest import download, submit, wait_finished
+from tests.integration.conftest import PLAIN_BLUR, download, submit, wait_finished
 from tests.support import hostile
 from tests.support.faces import MODELS
 from tests.support.farm import Farm
@@ -39,7 +39,7 @@ LOSSLESS = {"processors": ["passthrough"], "encoder": {"lossless": True, "preset
 # pipes through a processor that touches every pixel (face_blur: decode → BGR frames → detector → encode).
 PIPELINES = {
     "transcode": LOSSLESS,
-    "pixels": {"processors": ["face_blur"], "encoder": {"lossless": True, "preset": "ultrafast"}},
+    "pixels": {"processors": ["face_blur"], "encoder": {"lossless": True, "preset": "ultrafast"}, "face": PLAIN_BLUR},
 }
 MAX_UPLOAD = 3 * 1024 * 1024
 MAX_SOURCE = 512 * 1024

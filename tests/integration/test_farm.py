@@ -94,7 +94,7 @@ def test_embedded_run_gives_the_same_frames_as_the_farm(
 def test_a_worker_killed_mid_chunk_loses_nothing(
     farm: Farm, api: TestClient, settings: Settings, tmp_path: Path
 ) -> None:
-    clip = make_clip(tmp_path / "hd.mp4", seconds=10, size="1280x720")
+    clip = make_clip(tmp_path / "clip.mp4", seconds=10, size="640x360")
     farm.worker("w1")
     farm.beat()
     job_id = submit(api, clip, {**LOSSLESS, "chunk_frames": 75})

@@ -33,7 +33,7 @@ from shared.settings import Settings
 from shared.states import FINISHED_JOB_STATES
 from shared.storage import Storage
 from shared.tasks import RENDER_CHUNK, ChunkPayload, render_queue
-from tests.integration.conftest import download, submit, wait_finished, with_face_models
+from tests.integration.conftest import PLAIN_BLUR, download, submit, wait_finished, with_face_models
 from tests.support.farm import Farm, wait_for
 from tests.support.faults import slow_tool
 from tests.support.media import assert_frames_match, make_clip, read_frames, stream_info
@@ -45,7 +45,7 @@ LOSSLESS: dict[str, Any] = {"processors": ["passthrough"], "encoder": {"lossless
 # The faults strike both render paths: the one-process transcode and the pipes through a pixel-touching processor.
 PIPELINES: dict[str, dict[str, Any]] = {
     "transcode": LOSSLESS,
-    "pixels": {"processors": ["face_blur"], "encoder": {"lossless": True, "preset": "ultrafast"}},
+    "pixels": {"processors": ["face_blur"], "encoder": {"lossless": True, "preset": "ultrafast"}, "face": PLAIN_BLUR},
 }
 
 
@@ -108,7 +108,7 @@ class TestWorkersKilledMidChunk:
     def test_five_sigkills_mid_chunk_lose_and_repeat_no_frame(
         self, farm: Farm, api: TestClient, settings: Settings, tmp_path: Path, pipeline: str
     ) -> None:
-        clip = make_clip(tmp_path / "clip.mp4", seconds=6, size="640x360")  # 12 chunks: room for five kills
+        clip = make_clip(tmp_path / "clip.mp4", seconds=6)  # 12 chunks: room for five kills
         farm.beat()
         job_id = submit(api, clip, {**PIPELINES[pipeline], "chunk_frames": 16})
         killed: list[str] = []
@@ -193,7 +193,7 @@ class TestDatabaseRestart:
         clip_short: Path,
         tmp_path: Path,
     ) -> None:
-        clip = make_clip(tmp_path / "clip.mp4", seconds=8, size="640x360")
+        clip = make_clip(tmp_path / "clip.mp4", seconds=8)
         farm.worker("w1")
         farm.beat()
         job_id = submit(api, clip, {**LOSSLESS, "chunk_frames": 16})
@@ -408,9 +408,19 @@ def _always_failing_chunk(
 # -- 7. a plan that takes longer than its lease -----------------------------------------------------------------
 
 
-def test_a_plan_slower_than_its_lease_keeps_it_by_heartbeats_and_is_done_once(
-    farm: Farm, api: TestClient, settings: Settings, tmp_path: Path
-) -> None:
+class TestPlanSlowerThanItsLease:
+    @pytest.fixture
+    def settings(self, settings: Settings) -> Settings:
+        # Half the suite's lease and heartbeat: as many heartbeats to a lease, half the wait for each slow call.
+        return settings.model_copy(update={"lease_seconds": 2, "heartbeat_seconds": 0.5, "reap_interval_seconds": 0.5})
+
+    def test_a_plan_slower_than_its_lease_keeps_it_by_heartbeats_and_is_done_once(
+        self, farm: Farm, api: TestClient, settings: Settings, tmp_path: Path
+    ) -> None:
+        _plan_slower_than_its_lease(farm, api, settings, tmp_path)
+
+
+def _plan_slower_than_its_lease(farm: Farm, api: TestClient, settings: Settings, tmp_path: Path) -> None:
     clip = make_clip(tmp_path / "clip.mp4", seconds=2, size="320x180")
     # Every ffprobe call of the worker lasts a lease: probing and indexing the target take two.
     farm.worker("w1", env=slow_tool(tmp_path / "bin", "ffprobe", settings.lease_seconds))

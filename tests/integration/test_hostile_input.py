@@ -162,7 +162,8 @@ class TestStderrFlood:
     def test_a_corrupt_stream_flooding_stderr_ends_its_chunks_and_the_worker_goes_on(
         self, farm: Farm, api: TestClient, settings: Settings, clip_short: Path, tmp_path: Path
     ) -> None:
-        corrupt = hostile.corrupt_h264(tmp_path / "corrupt.mp4", seconds=10)
+        # A quarter of 720p's pixels in slices of a quarter of the macroblocks: as many errors a frame as 720p's.
+        corrupt = hostile.corrupt_h264(tmp_path / "corrupt.mp4", seconds=10, size="640x360", slice_mbs=2)
         assert hostile.stderr_bytes_of_decoding(corrupt) > 1 << 20, "megabytes of decoder errors, or no test"
         farm.worker("w1")
         flooded = submit(api, corrupt, {**BLUR, "chunk_frames": 150})
@@ -278,10 +279,10 @@ class TestChildEnvironment:
     def test_the_ffmpeg_of_a_render_sees_no_secret(
         self, farm: Farm, api: TestClient, settings: Settings, tmp_path: Path
     ) -> None:
-        clip = make_clip(tmp_path / "clip.mp4", seconds=8, size="640x360")
+        clip = make_clip(tmp_path / "clip.mp4", seconds=4, size="320x180")
         farm.worker("w1", env=self.SECRETS)
         leader = farm.procs["w1"].pid
-        job_id = submit(api, clip, {**BLUR, "chunk_frames": 240})
+        job_id = submit(api, clip, {**BLUR, "chunk_frames": 120})
         seen: dict[int, tuple[bytes, bytes]] = {}
 
         def a_decoder_seen() -> bool:

@@ -111,7 +111,7 @@ def _resent_chunks(settings: Settings, job_id: str) -> int:
 def test_a_broker_back_empty_after_20s_gets_the_lost_chunks_resent_and_the_job_ends_whole(
     farm: Farm, api: TestClient, settings: Settings, redis_server: RedisServer, tmp_path: Path
 ) -> None:
-    clip = make_clip(tmp_path / "clip.mp4", seconds=8, size="640x360")
+    clip = make_clip(tmp_path / "clip.mp4", seconds=8)
     _two_workers_and_the_reaper(farm)
     job_id = submit(api, clip, {**LOSSLESS, "chunk_frames": 16})
     wait_for(lambda: _done(settings, job_id) >= 2, timeout=180, what="two chunks done")
@@ -141,7 +141,7 @@ def test_a_broker_back_empty_after_20s_gets_the_lost_chunks_resent_and_the_job_e
 def test_a_job_submitted_while_the_broker_is_away_is_accepted_and_sent_once_it_is_back(
     farm: Farm, api: TestClient, settings: Settings, redis_server: RedisServer, tmp_path: Path
 ) -> None:
-    clip = make_clip(tmp_path / "clip.mp4", seconds=3, size="640x360")
+    clip = make_clip(tmp_path / "clip.mp4", seconds=3)
     _two_workers_and_the_reaper(farm)
     wait_for(lambda: farm.log("w2").count(" ready.") and farm.log("w1").count(" ready."), timeout=120, what="workers")
     redis_server.stop()
@@ -218,7 +218,7 @@ class TestWorkerKilledAtDefaults:
 def test_a_broker_with_an_append_only_file_restarted_mid_job_needs_no_resend_and_renders_no_chunk_twice(
     farm: Farm, api: TestClient, settings: Settings, redis_server: RedisServer, tmp_path: Path
 ) -> None:
-    clip = make_clip(tmp_path / "clip.mp4", seconds=8, size="640x360")
+    clip = make_clip(tmp_path / "clip.mp4", seconds=8)
     _two_workers_and_the_reaper(farm)
     job_id = submit(api, clip, {**LOSSLESS, "chunk_frames": 16})
     wait_for(lambda: _done(settings, job_id) >= 2, timeout=180, what="two chunks done")

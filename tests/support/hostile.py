@@ -67,12 +67,15 @@ def png_claiming(path: Path, width: int, height: int) -> Path:
     return path
 
 
-def corrupt_h264(path: Path, *, seconds: float = 10) -> Path:
-    """A 720p H.264 MP4 of many small slices, one byte of every slice's data flipped: the index and the NAL
-    structure are intact (every frame is there), the decoder reports an error for nearly every slice."""
+def corrupt_h264(path: Path, *, seconds: float = 10, size: str = "1280x720", slice_mbs: int = 8) -> Path:
+    """An H.264 MP4 (720p unless ``size`` says otherwise) of many small slices (``slice_mbs`` macroblocks each), one
+    byte of every slice's data flipped: the index and the NAL structure are intact (every frame is there), the
+    decoder reports an error for nearly every slice. Its stderr per frame grows with the slices of a frame, so a
+    small frame cut into one-macroblock slices floods as much as a large one cut into a few times more."""
     clean = path.with_suffix(".clean.mp4")
-    ffmpeg("-f", "lavfi", "-i", f"testsrc2=size=1280x720:rate=30:duration={seconds}", "-c:v", "libx264",
-           "-preset", "ultrafast", "-x264-params", "slice-max-mbs=8", "-pix_fmt", "yuv420p", str(clean))  # fmt: skip
+    ffmpeg("-f", "lavfi", "-i", f"testsrc2=size={size}:rate=30:duration={seconds}", "-c:v", "libx264",
+           "-preset", "ultrafast", "-x264-params", f"slice-max-mbs={slice_mbs}", "-pix_fmt", "yuv420p",
+           str(clean))  # fmt: skip
     data = bytearray(clean.read_bytes())
     clean.unlink()
     pos = 0
