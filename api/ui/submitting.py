@@ -13,6 +13,7 @@ from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
+from api.slots import KeySlots
 from api.ui.forms import PREFIX, OptionsInvalid, form_values, option_fields, read_options
 from api.ui.rendering import (
     Look,
@@ -85,26 +86,28 @@ def _accept_field(name: str) -> bool:
 
 @router.post("/jobs", response_class=HTMLResponse)
 async def submit_form(request: Request, viewer: Look) -> Response:
-    """The submit form (multipart, streamed and limited like ``POST /v1/jobs``, submitted by the same
-    ``shared.submission.submit``): a job, or the form again with each error next to its field, answered with the
-    status ``/v1`` answers the same refusal with."""
+    """The submit form (multipart, streamed and limited like ``POST /v1/jobs``, holding one of the key's upload
+    places as it does, submitted by the same ``shared.submission.submit``): a job, or the form again with each error
+    next to its field, answered with the status ``/v1`` answers the same refusal with."""
     settings: Settings = request.app.state.settings
     htmx = bool(request.headers.get("hx-request"))
     template = "_submit_form.html" if htmx else "submit.html"
     folder = Path(tempfile.mkdtemp(prefix="swapfarm-upload-"))
     values: Mapping[str, list[str]] | None = None
     fields: dict[str, str] = {}
+    slots: KeySlots = request.app.state.upload_slots
     try:
-        form = await read_job_form(request, folder, settings, extra=_accept_field)
-        values = form.extra
-        fields = {"callback_url": form.callback_url or "", "priority": str(form.priority)}
-        if not csrf_ok(viewer, next(reversed(form.extra.get("csrf_token", [])), None)):
-            return forbidden(request, viewer)
-        job = Submission(
-            target=form.target.upload, sources=[s.upload for s in form.sources], options=read_options(form.extra),
-            priority=form.priority, callback_url=form.callback_url,
-        )  # fmt: skip
-        job_id = await accept_job(request, viewer.principal, job)
+        async with slots.hold(viewer.principal.key_id):  # the key's upload places, shared with POST /v1/jobs
+            form = await read_job_form(request, folder, settings, extra=_accept_field)
+            values = form.extra
+            fields = {"callback_url": form.callback_url or "", "priority": str(form.priority)}
+            if not csrf_ok(viewer, next(reversed(form.extra.get("csrf_token", [])), None)):
+                return forbidden(request, viewer)
+            job = Submission(
+                target=form.target.upload, sources=[s.upload for s in form.sources],
+                options=read_options(form.extra), priority=form.priority, callback_url=form.callback_url,
+            )  # fmt: skip
+            job_id = await accept_job(request, viewer.principal, job)
     except OptionsInvalid as exc:
         return page(request, template, _submit_context(viewer, values, exc.errors, fields), status=422)
     except SwapfarmError as exc:

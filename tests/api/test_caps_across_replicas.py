@@ -98,3 +98,26 @@ def test_the_places_of_an_api_process_that_died_come_free(replicas: tuple[LiveAp
     finally:
         for sock in uploads:
             sock.close()
+
+
+def test_the_console_form_takes_the_same_upload_places(replicas: tuple[LiveApi, LiveApi], capped: Settings) -> None:
+    """The console's submit form reads an upload as ``POST /v1/jobs`` does, so it holds one of the key's places:
+    with both taken on the API processes, the form is refused (429, the form shown again) rather than read."""
+    first, second = replicas
+    key = make_key(capped)
+    apis = [first, second]
+    uploads = [_slow_upload(api, key) for api in apis]
+    try:
+        wait_for(lambda: _holding(apis, uploads, key), timeout=20, what="both places taken")
+        form = httpx.post(
+            f"{second.url}/ui/jobs",
+            headers=bearer(key),
+            files={"target": ("clip.mp4", b"\0" * 1024, "video/mp4")},
+            timeout=30,
+        )
+        assert form.status_code == 429, form.text[:300]
+        assert "text/html" in form.headers["content-type"] and "upload" in form.text.lower()
+    finally:
+        for sock in uploads:
+            sock.close()
+    wait_for(lambda: _probe(second, key).status_code == 422, timeout=20, what="the places given back")
