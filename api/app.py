@@ -18,7 +18,7 @@ from starlette.requests import ClientDisconnect
 from api import docs, jobs, metrics, output, progress, ui, webhooks
 from api.openapi import SwapfarmAPI
 from api.schemas import Health
-from api.slots import KeySlots
+from api.slots import KeySlots, fallback_counter
 from shared.broker import make_celery
 from shared.db import engine_for
 from shared.dispatch import CeleryDispatcher
@@ -66,12 +66,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.metrics = metrics.registry_for(resolved.database_url, celery, lease_seconds=resolved.lease_seconds)
         counts = Redis.from_url(resolved.broker_url)  # the caps are counted for every API process at once
         ttl = resolved.slot_ttl_seconds
+        fallbacks = fallback_counter(app.state.metrics)
         app.state.upload_slots = KeySlots(
-            counts, resolved.max_uploads_per_key, code="too_many_uploads", what="uploads", ttl=ttl
+            counts, resolved.max_uploads_per_key, code="too_many_uploads", what="uploads", ttl=ttl, fallbacks=fallbacks
         )
         app.state.stream_slots = KeySlots(
-            counts, resolved.max_streams_per_key, code="too_many_streams", what="event streams", ttl=ttl
-        )
+            counts, resolved.max_streams_per_key, code="too_many_streams", what="event streams", ttl=ttl,
+            fallbacks=fallbacks,
+        )  # fmt: skip
         yield
         counts.close()
         celery.close()

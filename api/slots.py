@@ -9,6 +9,10 @@ process that died (killed, its host lost) come free within ``slot_ttl_seconds``.
 (drop the expired, count, add), so two processes racing for the last place cannot both get it; times are Redis's
 own clock, so hosts whose clocks disagree agree on expiry. Redis is called through the synchronous client, off the
 event loop (a worker thread): its connections belong to no event loop, so a finalizer may give a place back too.
+
+While Redis does not answer (the broker is away: Postgres still takes jobs, and the reaper sends them once it is
+back), a process counts its own places instead, to the same limit: the cap then holds per process, not per farm.
+Each such place is a warning in the log and one more ``swapfarm_api_slot_fallbacks_total{cap}``.
 """
 
 from __future__ import annotations
@@ -20,15 +24,27 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 from typing import Any
 
+from prometheus_client import Counter
 from redis import Redis
 from redis.exceptions import RedisError
 from starlette.concurrency import run_in_threadpool
 
-from shared.errors import ServiceUnavailableError, TooManyRequestsError
+from shared.errors import TooManyRequestsError
 
-__all__ = ["KeySlots", "Slot"]
+__all__ = ["KeySlots", "Slot", "fallback_counter"]
 
 logger = logging.getLogger(__name__)
+
+
+def fallback_counter(registry: Any) -> Counter:
+    """``swapfarm_api_slot_fallbacks_total{cap}``: places counted by one process because Redis did not answer."""
+    return Counter(
+        "swapfarm_api_slot_fallbacks",
+        "Upload or stream places counted by this API process alone, Redis not answering",
+        ["cap"],
+        registry=registry,
+    )
+
 
 # KEYS[1]: the key's set; ARGV: limit, member, ttl (ms). Returns the places held after, or -1 when full.
 _TAKE = """
@@ -88,13 +104,35 @@ class Slot:
             logger.warning("could not give a place back (it expires in %gs): %s", self._owner.ttl, exc)
 
 
+class _LocalSlot(Slot):
+    """A place this process counted itself while Redis did not answer; released in this process alone."""
+
+    def __init__(self, held: dict[str, int], key: str) -> None:
+        self._held, self._key, self._taken = held, key, True
+
+    def _give_back(self) -> None:
+        if self._taken:
+            self._taken = False
+            self._held[self._key] -= 1
+
+    async def release(self) -> None:
+        self._give_back()
+
+    def release_now(self) -> None:
+        self._give_back()
+
+
 class KeySlots:
     """At most ``limit`` places per key at once, across every process using the same Redis database."""
 
-    def __init__(self, redis: Redis, limit: int, *, code: str, what: str, ttl: float) -> None:
+    def __init__(
+        self, redis: Redis, limit: int, *, code: str, what: str, ttl: float, fallbacks: Counter | None = None
+    ) -> None:
         self.redis, self.limit, self.code, self.what, self.ttl = redis, limit, code, what, ttl
         self._take: Any = redis.register_script(_TAKE)
         self._renew: Any = redis.register_script(_RENEW)
+        self._fallbacks = fallbacks
+        self._local: dict[str, int] = {}  # places counted here while Redis does not answer
 
     def _name(self, key: str) -> str:
         return f"swapfarm:slots:{self.code}:{key}"
@@ -103,8 +141,8 @@ class KeySlots:
         """Take a place for ``key``.
 
         Raises:
-            TooManyRequestsError: the key holds ``limit`` places already.
-            ServiceUnavailableError: Redis does not answer.
+            TooManyRequestsError: the key holds ``limit`` places already (in this process alone while Redis does
+                not answer).
         """
         name, member = self._name(key), uuid.uuid4().hex
         try:
@@ -112,12 +150,22 @@ class KeySlots:
                 await run_in_threadpool(self._take, keys=[name], args=[self.limit, member, int(self.ttl * 1000)])
             )
         except RedisError as exc:
-            raise ServiceUnavailableError(f"the {self.what} count is unavailable; try again shortly") from exc
+            return self._take_here(key, exc)
         if held < 0:
-            raise TooManyRequestsError(
-                f"this API key has {self.limit} {self.what} open, the most allowed", code=self.code
-            )
+            raise self._full()
         return Slot(self, name, member)
+
+    def _full(self) -> TooManyRequestsError:
+        return TooManyRequestsError(f"this API key has {self.limit} {self.what} open, the most allowed", code=self.code)
+
+    def _take_here(self, key: str, cause: RedisError) -> Slot:
+        logger.warning("the %s count is unavailable (%s): counting this process's places alone", self.what, cause)
+        if self._fallbacks is not None:
+            self._fallbacks.labels(cap=self.code).inc()
+        if self._local.get(key, 0) >= self.limit:
+            raise self._full()
+        self._local[key] = self._local.get(key, 0) + 1
+        return _LocalSlot(self._local, key)
 
     @asynccontextmanager
     async def hold(self, key: str) -> AsyncIterator[Slot]:
