@@ -1,10 +1,11 @@
 """``swapfarm doctor``: what this machine offers a worker, and what will fall back.
 
 :func:`diagnose` gathers facts (accelerator family and devices, torch and ONNX Runtime with their providers, the
-engine each heavy model gets, ffmpeg with its hardware encoders and decoders and which of them work — probed by a
-one-frame encode and decode, :mod:`workers.video.codecs` — the compile cache) and judges
-them: a *warning* is something that works but not as configured (CUDA asked for, CPU used), an *error* something
-a worker cannot do without (no ffmpeg, no usable ONNX Runtime provider). :func:`render` prints the report.
+engine and precision each processor's models get, or why one cannot run here (its licence disabled), ffmpeg with
+its hardware encoders and decoders and which of them work — probed by a one-frame encode and decode,
+:mod:`workers.video.codecs` — the compile cache) and judges them: a *warning* is something that works but not as
+configured (CUDA asked for, CPU used), an *error* something a worker cannot do without (no ffmpeg, no usable ONNX
+Runtime provider). :func:`render` prints the report.
 The parsing of ffmpeg's listings is pure (:func:`hardware_codecs`), tested without running ffmpeg.
 """
 
@@ -15,7 +16,7 @@ import subprocess
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from rich.console import Group, RenderableType
 from rich.table import Table
@@ -23,19 +24,32 @@ from rich.text import Text
 
 from shared.errors import FfmpegError, ModelError
 from shared.families import GPU_FAMILIES, AcceleratorFamily
-from shared.options import Enhancer, Swapper, choices
+from shared.job_models import processor_models
+from shared.licences import disabled_models
+from shared.options import ProcessorName
 from shared.settings import Settings
-from workers.device.selection import frame_path_engine
 from workers.engines.capability import probe_cpu
 from workers.engines.family import detect_family, torch_build
-from workers.engines.loading import EngineChoice, choose_engine, compile_mode, max_batch
+from workers.engines.loading import ONNX_RUNTIME_KINDS, EngineChoice, choose_engine, compile_mode, max_batch
+from workers.frames.choice import frame_backend, frame_path_engine
+from workers.models.custom import custom_models
+from workers.models.registry import REGISTRY
 from workers.video import codecs
 
 HARDWARE_CODECS = re.compile(r"nvenc|cuvid|_nvdec|vaapi|qsv|amf|videotoolbox|v4l2m2m|_mf\b|_vulkan|rkmpp|_d3d12va")
 """Names of ffmpeg encoders and decoders that use hardware."""
 
-HEAVY_MODELS: tuple[str, ...] = (*choices(Swapper), *choices(Enhancer))
-"""The models whose engine the doctor reports: every swapper and enhancer a job can choose."""
+SHOWN_PER_ROW = 8
+"""Models named in one row of the engines section; a row of more says how many more (the deep swapper's 157)."""
+
+
+def processors_models(settings: Settings) -> dict[ProcessorName, list[str]]:
+    """The models whose engine the doctor reports, by processor: every model each processor can load
+    (:func:`shared.job_models.processor_models`), and the deep swapper's custom models in the models folder, for
+    the processors that load any."""
+    found: dict[ProcessorName, list[str]] = {name: processor_models(name) for name in get_args(ProcessorName)}
+    found["deep_swapper"] += custom_models(settings)
+    return {name: models for name, models in found.items() if models}
 
 
 @dataclass
@@ -94,7 +108,7 @@ def _onnxruntime_section(report: Report, settings: Settings, family: Accelerator
     try:
         import onnxruntime
 
-        from workers.engines.onnx import choose_providers
+        from workers.engines.onnx import choose_providers, describe_options, provider_options
     except ImportError as error:
         report.errors.append(f"ONNX Runtime is not installed ({error}): detectors and recognisers cannot run")
         return
@@ -107,6 +121,9 @@ def _onnxruntime_section(report: Report, settings: Settings, family: Accelerator
         report.errors.append(str(error))
         return
     report.add("ONNX Runtime", f"providers for {family}", ", ".join(chosen))
+    for provider in chosen:
+        if options := provider_options(provider, settings):
+            report.add("ONNX Runtime", f"{provider} options", describe_options(options))
     if family in GPU_FAMILIES and chosen[0] == "CPUExecutionProvider":
         report.warnings.append(f"family {family}, but this ONNX Runtime has no GPU provider: ONNX models run on CPU")
 
@@ -135,26 +152,75 @@ def _torch_section(report: Report, settings: Settings, family: AcceleratorFamily
 
 
 def _engines_section(report: Report, settings: Settings, family: AcceleratorFamily) -> None:
-    if family == "cpu":
+    if family in ("cpu", "openvino"):
         report.add("engines", "cpu", probe_cpu().describe())
-    choices = {model: choose_engine(settings, family, model) for model in HEAVY_MODELS}
-    by_choice: dict[EngineChoice, list[str]] = {}
-    for model, choice in choices.items():
-        by_choice.setdefault(choice, []).append(model)
-    for choice, models in by_choice.items():
-        report.add("engines", ", ".join(models), f"{choice.engine} {choice.precision} — {choice.reason}")
-    if any(choice.engine == "torch" for choice in choices.values()):
+    chosen: dict[str, EngineChoice] = {}
+    for processor, models in processors_models(settings).items():
+        refused = disabled_models(models, settings.disabled_licences)
+        by_verdict: dict[str, list[str]] = {}
+        for model in models:
+            if model in refused:
+                verdict = f"not here: its licence ({refused[model]}) is disabled (SWAPFARM_DISABLED_LICENCES)"
+            elif model in REGISTRY and REGISTRY[model].kind in ONNX_RUNTIME_KINDS:
+                kind = REGISTRY[model].kind.replace("_", " ")
+                verdict = f"onnxruntime fp32 — always ONNX Runtime ({kind}: no engine is chosen for it)"
+            else:
+                choice = chosen.setdefault(model, choose_engine(settings, family, model))
+                verdict = f"{choice.engine} {choice.precision} — {choice.reason}"
+            by_verdict.setdefault(verdict, []).append(model)
+        for verdict, named in by_verdict.items():
+            report.add("engines", f"{processor}: {_names(named)}", verdict)
+    if any(choice.engine == "torch" for choice in chosen.values()):
         report.add("engines", "torch compile", f"mode {compile_mode(settings, family)}, "
                    f"buckets up to {max_batch(settings, family)}, compiled when first used")  # fmt: skip
+        if any(choice.precision == "int8" for choice in chosen.values()):
+            report.add("engines", "int8", _int8_line(settings))
         if not torch_build():
             report.errors.append("a model is set to the torch engine but torch is not installed")
         elif family in GPU_FAMILIES and not _cuda_usable():
             report.errors.append(f"a model is set to the torch engine on {family}, but torch sees no GPU")
     frames = frame_path_engine(settings, family)
-    path = "the device path (torch)" if frames.engine == "torch" else "the OpenCV path"
+    path = "4:2:0 planes to the torch device" if frames.engine == "torch" else "whole BGR frames on the host"
     report.add("engines", "frames", f"{path} — {frames.reason}")
+    report.add("engines", "frame back-end", _frame_backend(settings, family))
     report.add("engines", "memory", f"safety fraction {settings.memory_safety_fraction}, RAM budget "
                f"{_bytes(settings.ram_budget_bytes) if settings.ram_budget_bytes else 'free memory'}")  # fmt: skip
+
+
+def _names(models: list[str]) -> str:
+    if len(models) <= SHOWN_PER_ROW:
+        return ", ".join(models)
+    return f"{', '.join(models[:SHOWN_PER_ROW])} and {len(models) - SHOWN_PER_ROW} more"
+
+
+def _int8_line(settings: Settings) -> str:
+    """Where int8 comes from and what the guard kept: each model calibrates on its first 32 inputs, once per
+    model file (the verdicts below are kept in the compile cache)."""
+    import json
+    from importlib import metadata
+
+    try:
+        source = f"torchao {metadata.version('torchao')}"
+    except metadata.PackageNotFoundError:
+        source = "torchao is not installed: int8 cannot run"
+    folder = settings.torch_compile_cache_dir.expanduser() / "swapfarm-int8"
+    verdicts = []
+    for path in sorted(folder.glob("*.json")):
+        try:
+            kept = json.loads(path.read_text())
+            verdicts.append(f"{kept.get('model') or path.stem[:8]}: {'int8' if kept['passed'] else 'bf16'} "
+                            f"({kept['metric']} {kept['figure']:.4g})")  # fmt: skip
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    kept_text = "; ".join(verdicts) if verdicts else "none calibrated yet (each model calibrates on its first job)"
+    return f"PT2E static quantisation ({source}), guard 35 dB / cosine 0.99, bf16 where it fails; kept: {kept_text}"
+
+
+def _frame_backend(settings: Settings, family: AcceleratorFamily) -> str:
+    try:
+        return str(frame_backend(settings, family))
+    except ModelError as error:  # the family's device is not usable: said in the torch section too
+        return f"none: {error}"
 
 
 def _cuda_usable() -> bool:

@@ -20,7 +20,7 @@ from prometheus_client.registry import Collector
 
 from shared.families import FAMILIES
 from shared.settings import Settings
-from workers.notices import DegradationCollector
+from workers.degradations import DegradationCollector
 
 __all__ = ["DeviceMemoryCollector", "WorkerMetrics", "serve"]
 
@@ -38,7 +38,7 @@ class WorkerMetrics:
     ``swapfarm_worker_frames_per_second`` per chunk; ``swapfarm_render_batch_size`` per batch;
     ``swapfarm_retries_total`` per failed attempt sent again; ``swapfarm_stitch_seconds`` per stitch;
     ``swapfarm_device_memory_bytes`` read at scrape time; ``swapfarm_degradations_total{code}``
-    (:mod:`workers.notices`: fallbacks such as ``engine_fallback``, ``eager_fallback``); the standard ``process_*``
+    (:mod:`workers.degradations`: fallbacks such as ``engine_fallback``, ``eager_fallback``); the standard ``process_*``
     series.
     """
 
@@ -74,6 +74,16 @@ class WorkerMetrics:
             "swapfarm_stitch_seconds",
             "Wall time of a stitch, from its lease to the published output",
             buckets=_SECONDS,
+            registry=registry,
+        )
+        self.worker_blocklists = Counter(
+            "swapfarm_worker_blocklists",
+            "Jobs this worker was blocklisted for (blocklist_after chunk failures of one job; shared.worker_health)",
+            registry=registry,
+        )
+        self.worker_quarantines = Counter(
+            "swapfarm_worker_quarantines",
+            "Times this worker was quarantined (chunk failures on several jobs within the window)",
             registry=registry,
         )
         registry.register(DeviceMemoryCollector())

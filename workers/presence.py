@@ -26,7 +26,9 @@ from sqlalchemy.pool import NullPool
 
 from shared.models import WorkerPresence, utcnow
 from shared.settings import Settings
+from shared.worker_health import fresh_start, join_tags
 from workers.engines.family import detect_family
+from workers.selftest import self_test
 
 logger = logging.getLogger(__name__)
 
@@ -81,13 +83,26 @@ class Presence:
         return Session(self._engine)
 
     def announce(self) -> None:
+        """Write the worker's row (its tags among it), then run the self-test (``workers.selftest``): passed, the
+        worker starts with a clean slate (a quarantined one is released); failed, a quarantined one stays so."""
         family = detect_family(self.settings)
         now = utcnow()
         with self._session() as session, session.begin():
             row = session.get(WorkerPresence, self.name) or WorkerPresence(name=self.name)
             row.hostname, row.family, row.device = socket.gethostname(), family, device_name(family)[:255]
             row.queues, row.started_at, row.last_seen_at, row.stopped_at = self.queues, now, now, None
+            row.tags = join_tags(self.settings.worker_tags)
             session.add(row)
+            held = row.quarantined_at is not None
+        failed = self_test(self.settings.work_dir.expanduser().resolve())
+        if failed is not None:
+            state = "still quarantined" if held else "its failures keep counting"
+            logger.error("worker %s: %s: its self-test failed: %s", self.name, state, failed)
+            return
+        with self._session() as session, session.begin():
+            released = fresh_start(session, self.name)
+        if released:
+            logger.warning("worker %s: released from quarantine: restarted with a healthy self-test", self.name)
 
     def beat(self) -> None:
         with self._session() as session, session.begin():

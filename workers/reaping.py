@@ -33,7 +33,7 @@ from shared.dispatch import send_all
 from shared.models import Job
 from shared.reaper import ReapResult
 from shared.tasks import DELIVER_WEBHOOKS, PLAN, RENDER_CHUNK, STITCH, TASKS, message
-from workers import notices
+from workers import degradations
 from workers.runtime import Runtime
 from workers.stitching import delete_chunks
 
@@ -78,6 +78,7 @@ class Reaper:
         except Exception as exc:  # the broker is away: the admitted jobs are queued in Postgres, re-sent later
             logger.warning("could not send %d admitted jobs (%s); re-sent once the broker answers", len(admitted), exc)
         _expire(self.rt)
+        _expire_previews(self.rt)
         _leftover_chunks(self.rt)
         return result
 
@@ -211,8 +212,9 @@ def run(settings: Settings, stop: threading.Event | None = None) -> None:
 
 
 def _relay_webhooks(celery: Celery, settings: Settings) -> None:
-    """Ask a worker to deliver the webhook outbox's due events (``workers.webhooks``). A tick no worker takes in time
-    expires; the next one covers it, and a tick lost with the broker loses nothing: the outbox is in Postgres."""
+    """Ask a worker to deliver the webhook outbox's due events (``workers.webhook_delivery``). A tick no worker
+    takes in time expires; the next one covers it, and a tick lost with the broker loses nothing: the outbox is in
+    Postgres."""
     try:
         queue = TASKS[DELIVER_WEBHOOKS].queue
         celery.send_task(DELIVER_WEBHOOKS, queue=queue, expires=max(settings.webhook_poll_seconds * 2, 5.0))
@@ -232,16 +234,30 @@ def _expire(rt: Runtime) -> None:
         try:
             rt.storage.delete(rt.storage.job_url(job_id), recursive=True)
         except Exception as exc:
-            notice = notices.report(
+            notice = degradations.report(
                 "expiry_failed",
                 f"the job's files could not be deleted after the retention time ({type(exc).__name__}); "
                 "deleting them is tried again",
             )
             logger.warning("job %s: could not delete its files", job_id, exc_info=True)
-            notices.record(rt.db, job_id, [notice])
+            degradations.record(rt.db, job_id, [notice])
             continue
         with session_scope(rt.db) as session:
             control.mark_expired(session, job_id, ttl)
+
+
+def _expire_previews(rt: Runtime) -> None:
+    """Cancel the previews not approved within ``preview_ttl_seconds`` and delete their files (a deletion that
+    fails is logged; the job is cancelled either way, as a cancel by its user is)."""
+    with session_scope(rt.db) as session:
+        cancelled, outcome = control.expire_previews(session, rt.settings.max_running_jobs_per_tenant)
+    send_all(rt.dispatcher, outcome.messages)
+    for job_id in cancelled:
+        logger.info("job %s: its preview was not approved in time; cancelled, deleting its files", job_id)
+        try:
+            rt.storage.delete(rt.storage.job_url(job_id), recursive=True)
+        except Exception:
+            logger.warning("job %s: could not delete its files", job_id, exc_info=True)
 
 
 def _leftover_chunks(rt: Runtime) -> None:

@@ -1,6 +1,6 @@
 """The step function of each task of the farm's table (``shared.tasks.TASKS``): what a worker runs for a message.
 
-Both the Celery worker (``workers.celery_app``) and ``swapfarm run`` (``workers.embedded``) run a task as
+Both the Celery worker (``workers.celery_app``) and ``swapfarm run`` (``workers.local``) run a task as
 ``STEPS[name](rt, payload)``, inside the job's log context; the table says the payload type and the retry policy.
 ``tests/workers/test_steps.py`` checks that every task of the table has a step here, and nothing else.
 """
@@ -13,7 +13,10 @@ from typing import Final
 
 from sqlalchemy.exc import OperationalError
 
+from shared import worker_health
+from shared.db import session_scope
 from shared.log_context import job_context
+from shared.models import Job
 from shared.tasks import (
     DELIVER_WEBHOOKS,
     PLAN,
@@ -25,8 +28,9 @@ from shared.tasks import (
     JobPayload,
     NoPayload,
     Payload,
+    message,
 )
-from workers import planning, reaping, rendering, stitching, webhooks
+from workers import planning, reaping, rendering, stitching, webhook_delivery
 from workers.runtime import Runtime
 
 __all__ = ["STEPS", "Step", "run_step"]
@@ -36,9 +40,31 @@ logger = logging.getLogger(__name__)
 Step = Callable[[Runtime, Payload], None]
 
 
+def _held(rt: Runtime, task: str, payload: JobPayload) -> bool:
+    """A quarantined worker takes no work (``shared.worker_health``): a plan or stitch it receives goes back to the
+    queue, after a heartbeat, for another worker. (Its render tokens are passed on by ``workers.rendering``.)"""
+    with session_scope(rt.db) as session:
+        if not worker_health.quarantined(session, rt.hostname):
+            return False
+        job = session.get(Job, payload.job_id)
+        again = message(task, payload.job_id, family=job.family, priority=job.priority) if job is not None else None
+    if again is not None:
+        logger.info("worker %s is quarantined: %s of job %s passed on", rt.hostname, task, payload.job_id)
+        send = rt.dispatcher.send
+        send(
+            again.task,
+            again.payload,
+            queue=again.queue,
+            countdown=rt.settings.heartbeat_seconds,
+            priority=again.priority,
+        )
+    return True
+
+
 def _plan(rt: Runtime, payload: Payload) -> None:
     assert isinstance(payload, JobPayload)
-    planning.plan(payload.job_id, rt)
+    if not _held(rt, PLAN, payload):
+        planning.plan(payload.job_id, rt)
 
 
 def _render(rt: Runtime, payload: Payload) -> None:
@@ -48,7 +74,8 @@ def _render(rt: Runtime, payload: Payload) -> None:
 
 def _stitch(rt: Runtime, payload: Payload) -> None:
     assert isinstance(payload, JobPayload)
-    stitching.stitch(payload.job_id, rt)
+    if not _held(rt, STITCH, payload):
+        stitching.stitch(payload.job_id, rt)
 
 
 def _reap(rt: Runtime, payload: Payload) -> None:
@@ -62,7 +89,7 @@ def _reap(rt: Runtime, payload: Payload) -> None:
 def _deliver_webhooks(rt: Runtime, payload: Payload) -> None:
     # Periodic like the reaper: a failed tick is retried by the next one, the outbox keeps what is due.
     try:
-        webhooks.deliver_due(rt)
+        webhook_delivery.deliver_due(rt)
     except OperationalError:
         logger.warning("webhooks not delivered: the database is unavailable; the next tick tries again")
 

@@ -13,17 +13,19 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 from shared import control, jobs, quotas, tallies
+from shared.containers import carries_alpha, container_of
 from shared.db import session_scope
 from shared.dispatch import send_all
 from shared.errors import LeaseLostError, StitchMismatchError, SwapfarmError
 from shared.events import EventKind, record
-from shared.framing import FrameRange, frame_range, output_rate, render_sizes, resampled_frames
 from shared.media import MediaInfo
 from shared.options import JobOptions
+from shared.output_frames import FrameRange, frame_range, output_rate, render_sizes, resampled_frames
 from shared.states import JobStatus
-from workers import notices
+from workers import degradations
 from workers.leases import job_heartbeat
 from workers.runtime import Runtime
 from workers.video import ffmpeg, frame_index, mp4_timing, stills
@@ -44,7 +46,9 @@ def stitch(job_id: str, rt: Runtime) -> None:
         options = JobOptions.model_validate(job.options)
         media = MediaInfo.from_json(job.media or {})
         target_url, frames_total = job.target_url, job.frames_total
-    output_url = rt.storage.job_url(job_id, "output.mp4")
+        audio = (job.audio_url, job.audio_media) if "lip_syncer" in options.processors and job.audio_url else None
+    extension = container_of(options.encoder.encoder).extension  # the chunks' container, and the output's
+    output_url = rt.storage.job_url(job_id, f"output{extension}")
     started = time.monotonic()
     scratch = rt.scratch / job_id
     scratch.mkdir(parents=True, exist_ok=True)
@@ -58,12 +62,14 @@ def stitch(job_id: str, rt: Runtime) -> None:
             parts = [stack.enter_context(rt.storage.local_copy(url, tmp)) for url in chunk_urls]
             list_file = tmp / "chunks.txt"
             list_file.write_text(ffmpeg.concat_list(parts))
-            stitched = tmp / "output.mp4"
+            stitched = tmp / f"output{extension}"
             with rt.targets.local(rt.storage, target_url, rt.scratch) as target:
-                with notices.collecting() as found:
+                with degradations.collecting() as found:
                     every = frame_index.load(rt.storage, job_id, target, media.demuxer)
                     result = _stitch(list_file, target, every, media, options, stitched)
-                notices.record(rt.db, job_id, found)
+                degradations.record(rt.db, job_id, found)
+                if audio is not None and audio[1] is not None:
+                    stitched = _source_audio(rt, job_id, stitched, audio[0], audio[1], result, media, options, tmp)
                 output_times = frame_times(stitched)
                 counted = len(output_times)
                 if frames_total is not None and counted != result.expected(frames_total):
@@ -103,6 +109,48 @@ def stitch(job_id: str, rt: Runtime) -> None:
     send_all(rt.dispatcher, finished.messages)
 
 
+def _source_audio(
+    rt: Runtime,
+    job_id: str,
+    stitched: Path,
+    audio_url: str,
+    audio_media: dict[str, Any],
+    result: _Stitched,
+    media: MediaInfo,
+    options: JobOptions,
+    tmp: Path,
+) -> Path:
+    """The stitched output with the lip_syncer job's source audio in place of the target's (``workers.lip_sync``);
+    the ``audio_fitted`` event says how it was cut or padded to the video's length."""
+    from shared.audio import AudioInfo
+    from workers.lip_sync.soundtrack import fit_message, replace_audio, unmixed_message
+
+    info = AudioInfo.from_json(audio_media)
+    kept = result.times[result.kept.start : result.kept.end]
+    if result.resampled is not None and options.output_fps is not None:
+        seconds = result.resampled / options.output_fps
+    else:
+        seconds = float(mp4_timing.shown_seconds(kept, media.fps))
+    container = container_of(options.encoder.encoder)
+    out = stitched.with_name(f"with-audio{container.extension}")
+    unmixed = unmixed_message(keep_target=options.lip_syncer.keep_target_audio, has_target=media.has_audio)
+    if unmixed is not None:
+        with degradations.collecting() as found:
+            degradations.report("target_audio_missing", unmixed)
+        degradations.record(rt.db, job_id, found)
+    with rt.storage.local_copy(audio_url, tmp) as local:
+        replace_audio(
+            stitched, local, info, seconds, out, keep_target=options.lip_syncer.keep_target_audio,
+            has_target=media.has_audio, muxer=container.muxer,
+        )  # fmt: skip
+    message = fit_message(info, seconds)
+    if message is not None:
+        with session_scope(rt.db) as session:
+            record(session, job_id, EventKind.AUDIO_FITTED, message=message)
+    stitched.unlink()
+    return out
+
+
 @dataclass(frozen=True)
 class _Stitched:
     """What a stitch wrote: the input's frame times, the range of them the job kept, and the output's frame count
@@ -132,7 +180,7 @@ def _stitch(
     Chunks are encoded at the constant average rate. When the input's frames are not on that grid (a variable
     frame rate), the concatenated video is written first, its frames given the input's times, then remuxed. If
     the times cannot be written, the job still gets every frame, at the constant rate — and a ``vfr_timing_lost``
-    warning in its log (``workers.notices``), never silently. With ``output_fps`` the video is re-encoded once,
+    warning in its log (``workers.degradations``), never silently. With ``output_fps`` the video is re-encoded once,
     here, onto that rate's grid (FFmpeg's ``fps`` filter), from the frames at their input times.
     """
     audio = target if media.has_audio else None
@@ -141,24 +189,26 @@ def _stitch(
     times = every[kept.start : kept.end]
     cut = _audio_cut(every, kept, media) if audio is not None else None
     resample, resampled = None, None
+    container = container_of(options.encoder.encoder)
     if options.output_fps is not None:
         width, height = render_sizes(media.width, media.height, options).output
-        resample = ffmpeg.Resample(output_rate(options.output_fps), width, height, options.encoder)
+        rate = output_rate(options.output_fps)
+        resample = ffmpeg.Resample(rate, width, height, options.encoder, alpha=carries_alpha(options))
         resampled = resampled_frames(mp4_timing.shown_seconds(times, media.fps), options.output_fps)
     provenance = options.changes_faces
     if mp4_timing.follows_rate(times, media.fps):
         args = ffmpeg.stitch_args(
             list_file, audio, media.audio_codec, output, provenance=provenance, audio_demuxer=demuxer,
-            audio_cut=cut, resample=resample,
+            audio_cut=cut, resample=resample, container=container,
         )  # fmt: skip
         ffmpeg.run(args, what="stitch")
         return _Stitched(every, kept, resampled)
-    video = output.with_name("video.mp4")
-    ffmpeg.run(ffmpeg.concat_video_args(list_file, video), what="stitch")
+    video = output.with_name(f"video{container.extension}")
+    ffmpeg.run(ffmpeg.concat_video_args(list_file, video, container), what="stitch")
     try:
         mp4_timing.retime_video(video, times)
     except mp4_timing.Mp4TimingError as exc:  # the file is as it was: every frame, at the constant rate
-        notices.report(
+        degradations.report(
             "vfr_timing_lost",
             f"the video's frames have variable times that could not be kept ({exc}); every frame is in the "
             f"output, shown at a constant {media.fps} fps",
@@ -167,7 +217,7 @@ def _stitch(
             resampled = resampled_frames(Fraction(len(times)) / Fraction(media.fps), options.output_fps or 0)
     args = ffmpeg.remux_args(
         video, audio, media.audio_codec, output, provenance=provenance, audio_demuxer=demuxer, audio_cut=cut,
-        resample=resample,
+        resample=resample, container=container,
     )  # fmt: skip
     ffmpeg.run(args, what="stitch")
     video.unlink()

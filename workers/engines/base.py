@@ -41,7 +41,8 @@ class Degradation:
 
     Attributes:
         kind: a stable code: ``engine_fallback`` (the torch engine cannot run the model; ONNX Runtime runs it)
-            or ``eager_fallback`` (compiling failed; the model runs uncompiled).
+            , ``eager_fallback`` (compiling failed; the model runs uncompiled) or ``precision_fallback`` (int8 was
+            chosen but failed its quality guard, or could not be quantised; the model runs in bf16).
         model: the model's registry name.
         message: what happened and why, for the user.
     """
@@ -68,3 +69,12 @@ class EngineStats:
     """Items computed only to fill a bucket (repeats, thrown away)."""
     computed_items: int = 0
     """Items computed in all, padding included."""
+    int8: str | None = None
+    """How an int8 engine got its quantised graph: ``calibrated`` (here, on its first items) or ``cache`` (a
+    previous process's, loaded); ``None`` while calibrating or when not int8."""
+    calibrated_items: int = 0
+    """Items this process calibrated on (0 when the graph came from the cache)."""
+    guard: str | None = None
+    """The int8 guard's verdict in words (:class:`workers.engines.quantising.Verdict`)."""
+    precision_fallback: str | None = None
+    """Why an int8 engine runs in bf16 instead (the guard failed, or the model could not be quantised)."""

@@ -102,7 +102,7 @@ class FittedBatches:
         self, items: Items, step: Callable[[Items], Items], join: Callable[[list[Any]], Any] | None = None
     ) -> Items:
         """``step`` over consecutive batches of ``items``, results joined in order: by ``join`` where given (e.g.
-        ``torch.cat`` for the device path's tensors, left where they are), else as numpy arrays.
+        ``torch.cat`` for a torch back-end's tensors, left where they are), else as numpy arrays.
 
         Raises:
             ValueError: ``step`` returned a different number of results than it was given.

@@ -30,13 +30,19 @@ them). The worker extras pin 2.13; the lent GPU machine's image has 2.11, on whi
 if tuple(int(part) for part in re.findall(r"\d+", torch.__version__)[:2]) < TORCH_FLOOR:
     raise ImportError(f"torch {torch.__version__} is older than the torch engine needs (2.7 or later)")
 
-PRECISIONS: Mapping[Precision, torch.dtype] = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+PRECISIONS: Mapping[Precision, torch.dtype] = {
+    "fp32": torch.float32,
+    "fp16": torch.float16,
+    "bf16": torch.bfloat16,
+    "int8": torch.float32,  # converted in fp32, then quantised by PT2E (workers/engines/quantising.py)
+}
 
 
 def conversion(precision: Precision) -> dict[str, torch.dtype]:
     """How a model is converted for ``precision``: fp32 and fp16 compute everything in that type; bf16 is mixed,
     convolutions and matrix products in bf16 and the rest in fp32 (as ``torch.autocast`` does), which keeps the
-    swapped faces above 35 dB PSNR of fp32's where all-bf16 fell below (tests/integration/test_face_engine_jobs.py)."""
+    swapped faces above 35 dB PSNR of fp32's where all-bf16 fell below (tests/integration/test_face_engine_jobs.py).
+    int8 converts in fp32: PT2E quantises that module once it has calibrated."""
     if precision == "bf16":
         return {"float_dtype": torch.float32, "matmul_dtype": torch.bfloat16}
     return {"float_dtype": PRECISIONS[precision]}
@@ -78,6 +84,27 @@ CPU_OPTIONS: Mapping[str, Any] = {}
 folded and prepacked for oneDNN) measured 1.74× ONNX Runtime against 1.98× without it, ``cpp_wrapper`` 1.79× with
 a 50 % longer compile, ``max_autotune`` 1.79×: none paid, none is set. On AMX machines prepacking may pay (measure
 before adding it here)."""
+
+
+def compile_quantised(module: torch.nn.Module, mode: CompileMode) -> Compiled:
+    """``torch.compile`` of a PT2E int8 graph: one whole graph per bucket shape, with Inductor's freezing, which
+    folds the quantise/dequantise pairs around each convolution into oneDNN's int8 (VNNI) convolution with
+    prepacked weights (without it the graph runs fp32 kernels between quantise and dequantise steps).
+
+    Freezing is set in Inductor's global config around each call (compiling happens on a shape's first call):
+    passed as a ``torch.compile`` option it comes too late for the weights to be frozen, and the prepacking
+    fails (``UnsupportedOperatorException: onednn.qconv_prepack``; torch 2.13, torchao 0.18). Set for good it
+    would apply to the bf16 models too, where it measured slower (:data:`CPU_OPTIONS`)."""
+    raise_recompile_limits()
+    options: dict[str, Any] = {"max_autotune": mode == "max-autotune"}
+    compiled: Compiled = torch.compile(module, options=options, fullgraph=True, dynamic=False)
+    inductor: Any = torch._inductor.config
+
+    def frozen(*inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        with inductor.patch(freezing=True):
+            return compiled(*inputs)
+
+    return frozen
 
 
 def _device_of(module: torch.nn.Module) -> torch.device:

@@ -1,11 +1,13 @@
 """Loading a heavy face model (a swapper or an enhancer) on the engine chosen for it and this worker's family.
 
 ``settings.engine`` picks the engine, ``settings.model_engines`` overrides it per model. ``auto`` picks, per machine,
-the fastest engine that keeps quality (:func:`choose_engine`): the compiled torch engine on CUDA/ROCm, and on CPUs
-that compute bf16 natively (AMX or AVX-512 BF16, as :mod:`workers.engines.capability` probes it) the compiled
-torch engine in bf16 — its swapped crops stay above 35 dB PSNR of fp32's (tests/workers/test_torch_engine.py);
-ONNX Runtime fp32 elsewhere. A model the torch converter cannot take runs on ONNX Runtime instead, with a
-:class:`~workers.engines.base.Degradation` the render step reports; it never fails the job.
+the fastest engine that keeps quality (:func:`choose_engine`): the compiled torch engine on CUDA/ROCm; on CPUs with
+int8 dot products (VNNI) the compiled torch engine in int8, each model held to fp32 by its guard and in bf16 where it
+fails (:mod:`workers.engines.quantising`); on CPUs that compute bf16 natively (AMX or AVX-512 BF16, as
+:mod:`workers.engines.capability` probes it) the compiled torch engine in bf16 — its swapped crops stay above
+35 dB PSNR of fp32's (tests/workers/engines/test_torch_engine.py); ONNX Runtime fp32 elsewhere. A model the torch
+converter cannot take runs on ONNX Runtime instead, with a :class:`~workers.engines.base.Degradation` the render
+step reports; it never fails the job.
 
 A loaded model comes with its :class:`~workers.engines.batching.FittedBatches`: how many faces go in one call,
 fitted to the device's memory and halved on out-of-memory. Models are loaded once per process and shared by every
@@ -32,10 +34,15 @@ from workers.engines.capability import CpuProbe, probe_cpu
 from workers.engines.family import detect_family
 from workers.engines.memory import HostMemory, memory_for
 from workers.engines.onnx import OnnxEngine
+from workers.models.registry import ModelKind
 
 logger = logging.getLogger(__name__)
 
 GPU_MAX_BATCH = 64
+ONNX_RUNTIME_KINDS: frozenset[ModelKind] = frozenset({"detector", "recognizer", "embedding_converter"})
+"""The kinds of model loaded straight onto ONNX Runtime, never through :func:`load_model` (no engine is chosen for
+them): the detectors (:mod:`workers.faces.detection`; the device path converts them itself), the recogniser
+(:mod:`workers.faces.recognition`) and the swappers' embedding converters (:mod:`workers.faces.swapping`)."""
 _LOADING = threading.Lock()  # a warm-up thread and a task asking for the same model load it once
 
 
@@ -57,9 +64,11 @@ def choose_engine(
 ) -> EngineChoice:
     """The engine for ``model`` on a worker of ``family``: the model's override, else ``settings.engine``.
 
-    ``auto`` resolves to the compiled torch engine on CUDA/ROCm (if torch is installed); on a ``cpu`` worker whose
-    CPU computes bf16 natively (``cpu()``: AMX or AVX-512 BF16) to the compiled torch engine in bf16, unless the
-    precision is set to something else; to ONNX Runtime everywhere else (fp32, OpenVINO, CoreML).
+    ``auto`` resolves to the compiled torch engine on CUDA/ROCm (if torch is installed). On a ``cpu`` worker, to
+    the fastest path this CPU (``cpu()``) has, as measured on the swapper (docs/engines.md): with int8 dot products
+    (VNNI) and PT2E available, torch int8 — each model calibrated on its first inputs and held to fp32 by its
+    guard, bf16 where it fails; with native bf16 (AMX or AVX-512 BF16), torch bf16; unless the precision is set
+    to something else. ONNX Runtime everywhere else (fp32, OpenVINO, CoreML).
     """
     wanted = settings.model_engines.get(model, settings.engine)
     precision = _precision(settings, family, cpu)
@@ -74,6 +83,13 @@ def choose_engine(
     if family != "cpu":
         return EngineChoice("onnxruntime", "fp32", f"auto: ONNX Runtime with the {family} provider")
     capability = cpu()
+    if precision == "int8":
+        return EngineChoice(
+            "torch",
+            "int8",
+            f"auto with int8 set ({capability.describe()}): compiled torch in int8 (PT2E), "
+            "calibrated on the first faces, held to fp32 by its guard (bf16 where it fails)",
+        )
     if not capability.native_bf16:
         return EngineChoice(
             "onnxruntime", "fp32", f"auto: the CPU has no native bf16 ({capability.describe()}): ONNX Runtime fp32"
@@ -91,7 +107,12 @@ def choose_engine(
 def _precision(settings: Settings, family: AcceleratorFamily, cpu: CpuProbe) -> Precision:
     if settings.torch_precision != "auto":
         return settings.torch_precision
-    return "bf16" if family == "cpu" and cpu().native_bf16 else "fp32"
+    if family != "cpu":
+        return "fp32"
+    # int8 only where it is set (SWAPFARM_TORCH_PRECISION=int8): the guard refuses the swapper replicas measured so
+    # far (24 dB against the 35 dB bound, docs/engines.md), so picking it by default would make every new compile
+    # cache pay 32 uncompiled fp32 faces and the quantising, then warn and run bf16 anyway.
+    return "bf16" if cpu().native_bf16 else "fp32"
 
 
 def compile_mode(settings: Settings, family: AcceleratorFamily) -> CompileMode:
@@ -124,7 +145,7 @@ class LoadedModel:
 
     def degradations(self) -> list[Degradation]:
         """The slower paths this model is on now: ONNX Runtime instead of the torch engine, eager instead of
-        compiled (known once compiling failed)."""
+        compiled (known once compiling failed), bf16 instead of int8 (known once it calibrated)."""
         found = []
         if self.fallback is not None:
             found.append(Degradation("engine_fallback", self.name, self.fallback))
@@ -133,6 +154,9 @@ class LoadedModel:
         if reason:
             message = f"model {self.name}: torch.compile failed, so it runs uncompiled (slower): {reason}"
             found.append(Degradation("eager_fallback", self.name, message.splitlines()[0][:500]))
+        precision = getattr(stats, "precision_fallback", None)
+        if precision:
+            found.append(Degradation("precision_fallback", self.name, f"model {self.name}: {precision}"[:500]))
         return found
 
 
@@ -221,7 +245,8 @@ def _load_torch(
 ) -> LoadedModel | str:
     """The model on the torch engine, or why it cannot be (remembered too: a model is not converted again per
     chunk only to fail again)."""
-    from workers.engines.torch_engine import TorchEngine, device_for
+    from workers.engines.devices import device_for
+    from workers.engines.torch_engine import TorchEngine
 
     try:
         device = device_for(family)

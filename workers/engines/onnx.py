@@ -7,6 +7,7 @@ may be overridden by ``settings.execution_providers``.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from functools import cache
@@ -18,8 +19,9 @@ import numpy as np
 from shared.errors import ModelError
 from shared.families import CPU_PROVIDER, FAMILIES, AcceleratorFamily
 from shared.settings import Settings
-from workers import notices
+from workers import degradations
 from workers.engines.base import Tensor
+from workers.engines.capability import CpuProbe, probe_cpu
 from workers.engines.family import detect_family
 
 logger = logging.getLogger(__name__)
@@ -60,7 +62,7 @@ def choose_providers(
     if not chosen:
         raise ModelError(f"none of the execution providers {list(wanted)} is available (have {sorted(offered)})")
     if chosen == (CPU_PROVIDER,) and wanted != (CPU_PROVIDER,):
-        notices.report(
+        degradations.report(
             "execution_provider_fallback",
             f"ONNX Runtime offers none of {[p for p in wanted if p != CPU_PROVIDER]} here; models run on the CPU",
             sticky=True,
@@ -68,14 +70,30 @@ def choose_providers(
     return chosen
 
 
-def _provider_options(provider: str, settings: Settings) -> dict[str, str]:
-    """Options for one chosen provider. TensorRT builds an engine per model and input shape: keeping the
-    builds on disk (the folder is made here) pays that cost once per machine, not once per process."""
+def provider_options(provider: str, settings: Settings, *, cpu: CpuProbe = probe_cpu) -> dict[str, str]:
+    """Options for one chosen provider (the one place they are chosen; the worker's log and ``swapfarm doctor``
+    show them).
+
+    TensorRT builds an engine per model and input shape: keeping the builds on disk (the folder is made here) pays
+    that cost once per machine, not once per process. OpenVINO runs on the CPU device with its inference-precision
+    hint: bf16 where ``settings.openvino_precision`` asks for it and the CPU (``cpu()``, the seam tests set) computes
+    bf16 natively (AMX or AVX-512 BF16), fp32 otherwise — OpenVINO's own default on such a CPU without AMX, named so
+    that a CPU with AMX (where OpenVINO would pick bf16 by itself) stays in fp32 unless asked.
+    """
+    if provider == "OpenVINOExecutionProvider":
+        hint = "bf16" if settings.openvino_precision == "bf16" and cpu().native_bf16 else "f32"
+        return {"device_type": "CPU", "load_config": json.dumps({"CPU": {"INFERENCE_PRECISION_HINT": hint}})}
     if provider != "TensorrtExecutionProvider":
         return {}
     cache = settings.model_cache_dir.expanduser() / "tensorrt"
     cache.mkdir(parents=True, exist_ok=True)
     return {"trt_engine_cache_enable": "True", "trt_engine_cache_path": str(cache)}
+
+
+def describe_options(options: Mapping[str, str]) -> str:
+    """One provider's options in a log line or the doctor's report, e.g. ``device_type=CPU, load_config={...}``;
+    ``default options`` when there are none."""
+    return ", ".join(f"{key}={value}" for key, value in sorted(options.items())) or "default options"
 
 
 @cache
@@ -88,7 +106,7 @@ def _session(path: str, mtime_ns: int, providers: tuple[tuple[str, tuple[tuple[s
         return onnxruntime.InferenceSession(
             path,
             sess_options=options,
-            providers=[(name, dict(provider_options)) for name, provider_options in providers],
+            providers=[(name, dict(options_of)) for name, options_of in providers],
         )
     except Exception as error:  # ORT raises its own untyped exceptions for unreadable or invalid files
         raise ModelError(f"cannot load model {path}: {error}") from error
@@ -129,9 +147,14 @@ class OnnxEngine:
             mtime_ns = resolved.stat().st_mtime_ns
         except OSError as error:
             raise ModelError(f"cannot load model {path}: {error}") from error
-        keyed = tuple((name, tuple(sorted(_provider_options(name, settings).items()))) for name in providers)
+        keyed = tuple((name, tuple(sorted(provider_options(name, settings).items()))) for name in providers)
         session = _session(str(resolved), mtime_ns, keyed)
-        logger.info("model %s on %s (family %s)", path.name, ", ".join(session.get_providers()), family)
+        chosen = dict(keyed)
+        active = [
+            f"{name} ({describe_options(dict(chosen[name]))})" if chosen.get(name) else name
+            for name in session.get_providers()
+        ]
+        logger.info("model %s on %s (family %s)", path.name, ", ".join(active), family)
         return cls(session, spatial_size=spatial_size)
 
     @property

@@ -28,10 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from shared.errors import ModelError
-from shared.families import FAMILIES
 from shared.settings import CompileMode, Precision
-from workers import notices
 from workers.engines.base import EngineStats, Tensor
 from workers.engines.compiling import (
     Compiled,
@@ -44,13 +41,15 @@ from workers.engines.compiling import (
     raise_recompile_limits,
     use_compile_cache,
 )
+from workers.engines.int8_steps import Int8Steps
 from workers.engines.memory import DeviceMemory, HostMemory, fitted_batch, per_item_bytes
 from workers.engines.onnx_to_torch import OnnxModule, TensorSpec, convert, numpy_dtype
+from workers.engines.quantising import Int8Plan, QuantisedGraphs, model_hash
 
 logger = logging.getLogger(__name__)
 
 
-class TorchEngine:
+class TorchEngine(Int8Steps):
     """One ONNX model run by torch: converted, optionally compiled, batches padded to buckets.
 
     Args:
@@ -64,6 +63,8 @@ class TorchEngine:
         compiler: how to compile (default :func:`compile_module`).
         spatial_size: fills dynamic non-batch dimensions of inputs for :meth:`warmup`.
         notes: where measured per-item memory is kept between processes, under ``notes_key``.
+        int8: for ``precision="int8"``: where quantised graphs are kept and how to build the bf16 module it falls
+            back to (:class:`~workers.engines.int8_steps.Int8Steps`: calibrate, quantise, guard, or bf16).
     """
 
     def __init__(
@@ -80,10 +81,12 @@ class TorchEngine:
         spatial_size: int | None = None,
         notes: MemoryNotes | None = None,
         notes_key: str = "",
+        int8: Int8Plan | None = None,
     ) -> None:
         self._device = torch.device(device)
         self._dtype = conversion(precision)["float_dtype"]  # what inputs are fed as
-        self._module = module.to(self._device)
+        self._precision: Precision = precision
+        self._module: torch.nn.Module = module.to(self._device)
         self._inputs: tuple[TensorSpec, ...] = module.inputs
         self._outputs: tuple[TensorSpec, ...] = module.outputs
         self._mode = mode
@@ -103,7 +106,14 @@ class TorchEngine:
         self._peaks: dict[int, int] = {}  # bucket → measured peak of its second call
         self._forward: Compiled = self._module
         self._graphs = self._device.type == "cuda" and mode in {"reduce-overhead", "max-autotune"}
-        if mode != "eager":
+        self._compiler = compiler
+        self._int8 = int8 if precision == "int8" else None
+        self._calibration: list[tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]] = []
+        if precision == "int8" and int8 is None:
+            raise ValueError("precision int8 needs an Int8Plan")
+        if self._int8 is not None:
+            self._start_int8(self._int8)
+        elif mode != "eager":
             try:
                 self._forward = compiler(self._module, mode)
             except Exception as error:  # torch.compile's own checks raise plain exceptions of many kinds
@@ -131,6 +141,10 @@ class TorchEngine:
         folder = use_compile_cache(cache_dir)
         started = time.perf_counter()
         module = convert(path, **conversion(precision))
+        int8 = None
+        if precision == "int8":
+            key = QuantisedGraphs.key(model_hash(path), device)
+            int8 = Int8Plan(QuantisedGraphs(folder), key, lambda: convert(path, **conversion("bf16")), model=path.name)
         logger.info(
             "model %s on torch %s (%s, %s, buckets up to %d, compile cache %s); converted in %.1fs",
             path.name, device, precision, mode, max_batch, folder, time.perf_counter() - started,
@@ -147,7 +161,12 @@ class TorchEngine:
             spatial_size=spatial_size,
             notes=MemoryNotes(folder),
             notes_key=f"{path.name}:{stat.st_size}:{stat.st_mtime_ns}:{device}:{precision}:{mode}:{torch.__version__}",
+            int8=int8,
         )
+
+    @property
+    def device(self) -> torch.device:
+        return self._device
 
     @property
     def input_names(self) -> tuple[str, ...]:
@@ -156,6 +175,19 @@ class TorchEngine:
     @property
     def output_names(self) -> tuple[str, ...]:
         return tuple(spec.name for spec in self._outputs)
+
+    @property
+    def precision(self) -> Precision:
+        """The precision in force: ``int8`` once quantised (or while calibrating), ``bf16`` after a precision
+        fallback, else the configured one."""
+        if self.stats.precision_fallback:
+            return "bf16"
+        return "int8" if self._int8 is not None else self._precision
+
+    @property
+    def calibrating(self) -> bool:
+        """An int8 engine that has not yet met the items it calibrates on (it runs fp32, uncompiled, until then)."""
+        return self._int8 is not None and self.stats.int8 is None and not self.stats.precision_fallback
 
     @property
     def mode(self) -> CompileMode:
@@ -191,11 +223,8 @@ class TorchEngine:
             return self._numpy(self._batched(tensors, count, lambda t: t.to("cpu")))
 
     def run_on_device(self, inputs: Mapping[str, torch.Tensor]) -> list[torch.Tensor]:
-        """:meth:`run` for tensors already on the engine's device (the device path's), outputs left there as the
-        model computes them (in the engine's precision; floats not cast back).
-
-        Raises:
-            ValueError: as :meth:`run`.
+        """:meth:`run` for tensors already on the engine's device (a torch back-end's frames), outputs left there as
+        the model computes them (in the engine's precision; floats not cast back). Raises ValueError as :meth:`run`.
         """
         tensors, count = self._inputs_of(inputs, lambda t, _: t.to(self._device))
         tensors = [t.to(self._dtype) if t.is_floating_point() else t for t in tensors]
@@ -319,6 +348,8 @@ class TorchEngine:
         ]
 
     def _call(self, tensors: Sequence[torch.Tensor], bucket: int = 0) -> tuple[torch.Tensor, ...]:
+        if self.calibrating:
+            return self._calibrate(tensors, bucket)
         shape = tuple(int(t.shape[0]) if t.dim() else 0 for t in tensors)
         first = self._forward is not self._module and shape not in self._seen
         self._runs[bucket] = runs = self._runs.get(bucket, 0) + 1
@@ -365,30 +396,3 @@ class TorchEngine:
 
 def _size(count: int | None) -> str:
     return "?" if count is None else f"{count / 2**20:.1f} MiB"
-
-
-def device_for(family: str) -> str:
-    """The torch device of an accelerator family (:attr:`shared.families.FamilySpec.torch_device`): CUDA and ROCm
-    both appear as ``cuda``; MPS as ``mps`` (the CPU, reported as ``mps_unavailable``, when torch cannot use it);
-    everything else (cpu, openvino) runs torch on the CPU.
-
-    Raises:
-        ModelError: the family's device is not usable by this torch build.
-    """
-    spec = next((spec for spec in FAMILIES.values() if spec.name == family), None)
-    wanted = spec.torch_device if spec is not None else "cpu"
-    if wanted == "cuda":
-        if not torch.cuda.is_available():
-            raise ModelError(f"the worker's family is {family} but torch sees no GPU (torch {torch.__version__})")
-        return "cuda"
-    if wanted == "mps":
-        if torch.backends.mps.is_available():
-            return "mps"
-        notices.report(
-            "mps_unavailable",
-            f"the worker's family is mps but torch {torch.__version__} has no usable MPS device; "
-            "its models run on the CPU (much slower)",
-            sticky=True,
-        )
-        return "cpu"
-    return "cpu"

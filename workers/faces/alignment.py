@@ -78,6 +78,28 @@ TEMPLATES: Mapping[str, FloatArray] = {
         ],
         dtype=np.float32,
     ),
+    # DeepFaceLab's whole face (the deep swapper's crops; docs/MODELS.md 10.0)
+    "dfl_whole_face": np.array(
+        [
+            [0.35342266, 0.39285716],
+            [0.62797622, 0.39285716],
+            [0.48660713, 0.54017860],
+            [0.38839287, 0.68750011],
+            [0.59821427, 0.68750011],
+        ],
+        dtype=np.float32,
+    ),
+    # ffhq_512 scaled by 0.625 about its nose: StyleGANEX's face with its background (styleganex_age)
+    "styleganex_384": np.array(
+        [
+            [0.42353745, 0.52289879],
+            [0.57725008, 0.52319972],
+            [0.50123859, 0.61331904],
+            [0.43364461, 0.68337652],
+            [0.57015325, 0.68306005],
+        ],
+        dtype=np.float32,
+    ),
 }
 
 

@@ -44,6 +44,7 @@ class Face:
         embedding: float32 [D], the recogniser's raw embedding, once one has been computed.
         track: the face track it belongs to (:mod:`workers.faces.tracking`), once tracked.
         filled: not detected in this frame but filled in by its track across a short gap.
+        lost: filled in past its track's last detection (carried on by its motion: the track is lost here).
     """
 
     box: FloatArray
@@ -52,6 +53,7 @@ class Face:
     embedding: FloatArray | None = field(default=None)
     track: int | None = field(default=None)
     filled: bool = field(default=False)
+    lost: bool = field(default=False)
 
     @property
     def area(self) -> float:
@@ -169,6 +171,7 @@ class FaceDetector:
         self.size = input_size
         self.view = size
         self.score = score
+        self.runs = 0  # model runs so far (the detector calls a job's events count)
         self._input_name = engine.input_names[0]
 
     @classmethod
@@ -239,6 +242,7 @@ class FaceDetector:
         canvas[: picture.shape[0], : picture.shape[1]] = picture
         tensor = crops_to_tensor(canvas[None], self.spec.normalisation, self.spec.colour_order)
         outputs = self.engine.run({self._input_name: tensor})
+        self.runs += 1
         named = dict(zip(self.engine.output_names, outputs, strict=True))
         return self.spec.decode(named, self.size, threshold)
 

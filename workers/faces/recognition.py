@@ -17,7 +17,7 @@ import numpy.typing as npt
 
 from shared.errors import NoFaceInSourceError, SourceImageError
 from shared.settings import Settings
-from workers import notices
+from workers import degradations
 from workers.engines.base import Engine
 from workers.engines.onnx import OnnxEngine
 from workers.faces.crop_model import CropModel
@@ -168,7 +168,7 @@ def source_identity(images: Sequence[Path], detector: FaceDetector, embedder: Fa
         largest = largest_face(faces)
         if len(faces) > 1:
             x1, y1, x2, y2 = (int(round(float(v))) for v in largest.box[:4])
-            notices.report(
+            degradations.report(
                 "source_several_faces",
                 f"source image {number} shows {len(faces)} faces; the largest was used "
                 f"(box x {x1}-{x2}, y {y1}-{y2} of the {image.shape[1]}x{image.shape[0]} image)",

@@ -130,6 +130,11 @@ class FaceTracker:
             frames each side).
         keep_doubtful: hand back doubtful detections even outside a counted chain (an anonymiser's choice: a face
             the detector doubts is still hidden).
+        coast: frames after a track's last detection that its box, carried on by its last motion, is still handed
+            back (marked ``filled`` and ``lost``) where no later detection fills the gap, and frames before its first
+            detection that its box, carried back, is handed back (``filled``): an anonymiser's choice, so a face
+            leaving the frame or lost by the detector stays hidden, and one entering the frame or appearing after a
+            jump is hidden before the detector finds it (0: none; at most ``max_gap``).
 
     Raises:
         ValueError: thresholds out of order or out of range.
@@ -143,6 +148,7 @@ class FaceTracker:
         max_gap: int = 4,
         smoothing: float = 0.0,
         keep_doubtful: bool = False,
+        coast: int = 0,
     ) -> None:
         if not 0.0 < low <= high <= 1.0:
             raise ValueError(f"tracker thresholds must satisfy 0 < low ≤ high ≤ 1, got low={low}, high={high}")
@@ -151,6 +157,8 @@ class FaceTracker:
         self.high, self.low, self.max_gap = high, low, max_gap
         self.radius = smoothing_radius(smoothing)
         self.keep_doubtful = keep_doubtful
+        self.coast = max(0, min(coast, max_gap))
+        self._cuts: list[int] = []  # frames that start a new scene (:meth:`cut`)
         self.context = context_frames(max_gap, smoothing)
         self._tracks: list[_Track] = []
         self._detected: dict[int, list[tuple[Face, int]]] = {}  # frame -> (face, track id)
@@ -161,11 +169,21 @@ class FaceTracker:
 
     # -- association --------------------------------------------------------------------------------------------
 
+    def cut(self) -> None:
+        """The next frame fed starts a new scene: no track carries on into it (no association, no gap filled and no
+        box coasted across the cut), so one scene's motion never moves a box in the next."""
+        self._cuts.append(self._fed)
+
+    def _scene_start(self, index: int) -> int:
+        """The first frame of ``index``'s scene (0 before any cut)."""
+        return max((c for c in self._cuts if c <= index), default=0)
+
     def update(self, faces: Sequence[Face]) -> list[Face]:
         """Feed the next frame's detections (any score); returns those at or above ``low``, each with its track."""
         index = self._fed
         self._fed += 1
-        live = [t for t in self._tracks if index - t.last <= self.context]
+        start = self._scene_start(index)
+        live = [t for t in self._tracks if index - t.last <= self.context and t.last >= start]
         candidates = [face for face in faces if face.score >= self.low]
         confident = [i for i, face in enumerate(candidates) if face.score >= self.high]
         doubtful = [i for i, face in enumerate(candidates) if face.score < self.high]
@@ -236,6 +254,8 @@ class FaceTracker:
         index = self._fed  # the next frame that would be fed
         if index > last + self.context:
             return True
+        if self.coast and index - self.coast <= last:
+            return False  # a face first found in the next frame would be carried back into the chunk's last frames
         if self.radius > 0:
             return False
         for track in self._tracks:
@@ -263,7 +283,7 @@ class FaceTracker:
         if not before or not after:
             return None
         a, b = max(before), min(after)
-        if b - a - 1 > self.max_gap:
+        if b - a - 1 > self.max_gap or self._scene_start(a) != self._scene_start(b):
             return None
         start, end = track.frames[a], track.frames[b]
         weight = np.float32((index - a) / (b - a))
@@ -273,6 +293,38 @@ class FaceTracker:
             score=min(start.score, end.score),
             track=track.ident,
             filled=True,
+        )
+
+    def _coasted(self, track: _Track, index: int) -> Face | None:
+        """The track's box carried past its detections by its motion, within :attr:`coast` frames and the same
+        scene: on after its last detection (a face lost, or leaving the frame), and back before its first (a face
+        entering the frame, or appearing where it jumped to, before the detector found it); ``None`` elsewhere."""
+        if not self.coast:
+            return None
+        before = sorted(f for f in track.frames if f < index)
+        after = sorted(f for f in track.frames if f > index)
+        if before and not after:
+            ends, lost = before[-1:] + before[-2:-1], True
+        elif after and not before:
+            ends, lost = after[:1] + after[1:2], False
+        else:
+            return None
+        end = ends[0]
+        if abs(index - end) > self.coast or self._scene_start(index) != self._scene_start(end):
+            return None
+        face = track.frames[end]
+        step = np.zeros(4, np.float32)
+        if len(ends) > 1:
+            step = (face.box - track.frames[ends[1]].box) / float(end - ends[1])
+        shift = step * float(index - end)
+        offset = (shift[:2] + shift[2:]) / 2
+        return Face(
+            box=np.asarray(face.box + shift, np.float32),
+            landmarks=np.asarray(face.landmarks + offset, np.float32),
+            score=face.score,
+            track=track.ident,
+            filled=True,
+            lost=lost,
         )
 
     def _smoothed(self, track: _Track, index: int, face: Face) -> Face:
@@ -302,7 +354,7 @@ class FaceTracker:
         for track in self._tracks:
             if track.ident in seen or not track.frames or track.last < index - self.max_gap:
                 continue
-            filled = self._at(track, index)
+            filled = self._at(track, index) or self._coasted(track, index)
             if filled is not None and (self._counts(track, index) or self.keep_doubtful):
                 faces.append(self._smoothed(track, index, filled))
         self._done = index + 1
@@ -316,4 +368,6 @@ class FaceTracker:
             for frame in [f for f in track.frames if f < horizon]:
                 del track.frames[frame]
         self._tracks = [t for t in self._tracks if t.frames]
+        older = [c for c in self._cuts if c < horizon]  # the last of them still starts the oldest frames' scene
+        self._cuts = older[-1:] + [c for c in self._cuts if c >= horizon]
         self._by_id = {t.ident: t for t in self._tracks}

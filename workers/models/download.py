@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from shared.errors import ModelError
+from shared.licences import check_model
 from shared.settings import Settings
 from workers.models.registry import REGISTRY, ModelSpec
 
@@ -82,24 +83,26 @@ def spec_of(name: str) -> ModelSpec:
     try:
         return REGISTRY[name]
     except KeyError:
-        raise ModelError(f"unknown model {name!r}; known: {', '.join(sorted(REGISTRY))}") from None
+        raise ModelError(f"unknown model {name!r}: swapfarm models list shows the {len(REGISTRY)} known") from None
 
 
 def model_urls(spec: ModelSpec, base_urls: Sequence[str]) -> list[str]:
     """The download URLs of ``spec``, one per base URL, in order.
 
     A GitHub release base gives ``{url}/{base}/{file}``; a Hugging Face host gives
-    ``{url}/{base}/resolve/main/{file}``, as FaceFusion lays its model sets out.
+    ``{url}/{base}/resolve/main/{file}``, as FaceFusion lays its model sets out. A model only Hugging Face serves
+    (``spec.hugging_face_only``) gets no URL from the other bases.
 
     >>> model_urls(REGISTRY["gfpgan_1.4"], ["https://huggingface.co/facefusion"])
     ['https://huggingface.co/facefusion/models-3.0.0/resolve/main/gfpgan_1.4.onnx']
     """
-    return [
-        f"{url.rstrip('/')}/{spec.base}/resolve/main/{spec.file_name}"
-        if urlsplit(url).hostname in _HUGGING_FACE_HOSTS
-        else f"{url.rstrip('/')}/{spec.base}/{spec.file_name}"
-        for url in base_urls
-    ]
+    urls = []
+    for url in base_urls:
+        if urlsplit(url).hostname in _HUGGING_FACE_HOSTS:
+            urls.append(f"{url.rstrip('/')}/{spec.base}/resolve/main/{spec.remote_name}")
+        elif not spec.hugging_face_only:
+            urls.append(f"{url.rstrip('/')}/{spec.base}/{spec.remote_name}")
+    return urls
 
 
 def sha256_of(path: Path) -> str:
@@ -151,11 +154,16 @@ def resolve(name: str, settings: Settings) -> Path:
     cache is deleted and downloaded again, one in the offline folder is left alone. A file whose registry
     entry has no sha256 is used with a warning that it is unverified.
 
+    Every model a worker loads comes through here, so here a model under a licence the operator disabled is
+    refused (``shared.licences``), whichever job or processor asked for it.
+
     Raises:
         ModelError: ``name`` is unknown; no URL serves the file (code ``model_unavailable``); or the file's
             sha256 is wrong (code ``model_hash_mismatch``; a downloaded file that fails is deleted).
+        LicenceDisabledError: ``model_licence_disabled``: the model's licence is disabled.
     """
     spec = spec_of(name)
+    check_model(name, settings.disabled_licences)
     found = verify(name, settings)
     if found.path is not None:
         if found.status is ModelStatus.VERIFIED:
@@ -201,6 +209,7 @@ def _download(spec: ModelSpec, settings: Settings) -> Path:
     cache = settings.model_cache_dir.expanduser()
     cache.mkdir(parents=True, exist_ok=True)
     target = cache / spec.file_name
+    target.parent.mkdir(parents=True, exist_ok=True)  # a model kept in a subfolder of its own
     part = target.with_name(target.name + ".part")
     with _locked(target.with_name(target.name + ".lock")):
         if target.is_file():  # another process downloaded and checked it while we waited for the lock

@@ -17,7 +17,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Literal
+from typing import Literal, get_args
+
+from shared.deep_swap_options import DeepSwapperCatalogue
+from shared.licences import LicenceId, licence_of
 
 ModelKind = Literal[
     "detector",
@@ -31,9 +34,18 @@ ModelKind = Literal[
     "classifier",
     "content_analyser",
     "frame_enhancer",
+    "lip_syncer",
+    "voice_extractor",
+    "frame_colorizer",
+    "age_modifier",
+    "deep_swapper",
+    "live_portrait",
+    "background_remover",
 ]
 ColourOrder = Literal["rgb", "bgr"]
-TemplateName = Literal["arcface_112_v1", "arcface_112_v2", "arcface_128", "ffhq_512", "mtcnn_512"]
+TemplateName = Literal[
+    "arcface_112_v1", "arcface_112_v2", "arcface_128", "ffhq_512", "mtcnn_512", "dfl_whole_face", "styleganex_384"
+]
 # Fields of a spec that may be flagged as not confirmed by a primary source.
 SpecField = Literal["sha256", "size_bytes", "input_names", "output_names", "normalisation", "licence"]
 
@@ -53,6 +65,7 @@ SYMMETRIC = Normalisation(mean=(127.5, 127.5, 127.5), std=(127.5, 127.5, 127.5))
 RAW = Normalisation(mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0))  # 0–255 as is
 INSIGHTFACE_DETECTOR = Normalisation(mean=(127.5, 127.5, 127.5), std=(128.0, 128.0, 128.0))
 IMAGENET = Normalisation(mean=(123.675, 116.28, 103.53), std=(58.395, 57.12, 57.375))  # RGB order
+CENTRED = Normalisation(mean=(127.5, 127.5, 127.5), std=(255.0, 255.0, 255.0))  # [-0.5, 0.5]
 
 
 @dataclass(frozen=True)
@@ -60,7 +73,8 @@ class ModelSpec:
     """One downloadable model file and the facts needed to feed it.
 
     ``input_size`` is the square side of the image input (``None`` for a non-image model); ``template`` the
-    alignment template of its face crops (``None`` for detectors, which see whole frames).
+    alignment template of its face crops (``None`` for detectors, which see whole frames); ``hugging_face_only``:
+    only FaceFusion's Hugging Face repositories serve it (the DeepFaceLive models), not its GitHub releases.
     """
 
     name: str
@@ -77,6 +91,20 @@ class ModelSpec:
     output_names: tuple[str, ...]
     licence: str
     unverified: frozenset[SpecField] = field(default_factory=frozenset)
+    hugging_face_only: bool = False
+
+    @property
+    def remote_name(self) -> str:
+        """The file's name where it is downloaded from: ``file_name``'s last part (``file_name`` is where it lies
+        in a model folder, under a subfolder of its own where two models share a name: ``iperov/elon_musk_224.dfm``).
+        """
+        return self.file_name.rsplit("/", 1)[-1]
+
+    @property
+    def licence_id(self) -> LicenceId:
+        """The licence the farm files the model under (``shared.licences``): what ``disabled_licences`` names;
+        ``licence`` says it in words."""
+        return licence_of(self.name)
 
 
 _GFPGAN_LICENCE = "GFPGAN: Apache-2.0, with StyleGAN2 parts under NVIDIA's licence"
@@ -648,6 +676,272 @@ _SPECS = (
         unverified=frozenset({"output_names", "normalisation", "licence"}),
     ),
 )
+
+_WAV2LIP_LICENCE = "Wav2Lip (Rudrabha/Wav2Lip): non-commercial research use only"
+_KIM_LICENCE = "Kim Vocal (KimberleyJensen): non-commercial use only"
+# The lip-sync and voice-extraction models (docs/MODELS.md 10.6-10.7).
+_SOUND_SPECS = (
+    *(
+        ModelSpec(
+            # source [1, 1, 80, 16] mel (clipped log, times 2 weight); target [1, 6, 96, 96] = the crop with its lower
+            # half (rows 48-95) zeroed, then the crop, both BGR / 255; output [1, 3, 96, 96] BGR in [0, 1]. The crop
+            # is the 68-point box of an ffhq_512 crop, warped to 96.
+            name=name,
+            file_name=f"{name}.onnx",
+            base="models-3.0.0",
+            kind="lip_syncer",
+            sha256=None,
+            size_bytes=None,
+            input_size=96,
+            template="ffhq_512",
+            normalisation=UNIT,
+            colour_order="bgr",
+            input_names=("source", "target"),
+            output_names=("output",),
+            licence=_WAV2LIP_LICENCE,
+            unverified=frozenset({"output_names", "licence"}),
+        )
+        for name in ("wav2lip_96", "wav2lip_gan_96")
+    ),
+    ModelSpec(
+        # source [1, 1, 80, 16] mel (unweighted); target [1, 3, 256, 256] RGB / 255; weight f32 [1];
+        # output [1, 3, 256, 256] RGB.
+        name="edtalk_256",
+        file_name="edtalk_256.onnx",
+        base="models-3.3.0",
+        kind="lip_syncer",
+        sha256=None,
+        size_bytes=None,
+        input_size=256,
+        template="ffhq_512",
+        normalisation=UNIT,
+        colour_order="rgb",
+        input_names=("source", "target", "weight"),
+        output_names=("output",),
+        licence="EDTalk (tanshuai0219/EDTalk): Apache-2.0",
+        unverified=frozenset({"output_names"}),
+    ),
+    *(
+        ModelSpec(
+            # MDX-Net: input [W, 4, 3072, T] (L.re, L.im, R.re, R.im of a 7680-point STFT, hop 1024), output the
+            # same layout (the voice); T = 256 for kim_vocal_2, not confirmed for the other two.
+            name=name,
+            file_name=f"{name}.onnx",
+            base=base,
+            kind="voice_extractor",
+            sha256=None,
+            size_bytes=None,
+            input_size=None,
+            template=None,
+            normalisation=None,
+            colour_order=None,
+            input_names=("input",),
+            output_names=("output",),
+            licence=licence,
+            unverified=frozenset({"output_names", "licence"}),
+        )
+        for name, base, licence in (
+            ("kim_vocal_1", "models-3.4.0", _KIM_LICENCE),
+            ("kim_vocal_2", "models-3.0.0", _KIM_LICENCE),
+            ("uvr_mdxnet", "models-3.4.0", "UVR MDX-Net (Anjok07/ultimatevocalremovergui): MIT"),
+        )
+    ),
+)
+_DDCOLOR_LICENCE = "DDColor (piddnad/DDColor): Apache-2.0"
+_DEOLDIFY_LICENCE = "DeOldify (jantic/DeOldify): MIT"
+# The whole-frame colourisers (docs/MODELS.md 10.5). ``input`` [N, 3, S, S] with S the job's frame_colorizer.size
+# (192-512: the files take any H x W, not confirmed); input_size is the default S. DDColor: the frame's grey as RGB
+# in [0, 1] -> ``output`` [N, 2, S, S], Lab a, b (OpenCV float Lab). DeOldify: the grey as raw 0-255 RGB -> [N, 3,
+# S, S] RGB 0-255. FaceFusion's licence strings; only ddcolor's CRC32 (cab3b659) is known, no sha256 or size.
+_COLOUR_SPECS = tuple(
+    ModelSpec(
+        name=name,
+        file_name=f"{name}.onnx",
+        base="models-3.0.0",
+        kind="frame_colorizer",
+        sha256=None,
+        size_bytes=None,
+        input_size=256,
+        template=None,
+        normalisation=UNIT if name.startswith("ddcolor") else RAW,
+        colour_order="rgb",
+        input_names=("input",),
+        output_names=("output",),
+        licence=_DDCOLOR_LICENCE if name.startswith("ddcolor") else _DEOLDIFY_LICENCE,
+        unverified=frozenset({"input_names", "output_names"}),
+    )
+    for name in ("ddcolor", "ddcolor_artistic", "deoldify", "deoldify_artistic", "deoldify_stable")
+)
+# The age models (docs/MODELS.md 10.1). fran: ``target`` [1, 3, 1024, 1024] (an ffhq_512 crop at 1024, RGB in [0, 1])
+# and ``direction`` f32 [2] = (the face's age, the age wanted) / 100 -> [1, 3, 1024, 1024] RGB in [0, 1].
+# styleganex_age: ``target`` [1, 3, 256, 256] (ffhq_512 at 256) and ``target_with_background`` [1, 3, 384, 384]
+# (styleganex_384 at 384, from the five points scaled x0.875 about the nose), both RGB in [-1, 1], and ``direction``
+# f32 0-d -> [1, 3, S, S] in [-1, 1] (S not confirmed). The input names are the ones FaceFusion feeds by name; it
+# reads output 0, whose name is not known. input_size and template are those of the crop pasted back.
+_AGE_SPECS = (
+    ModelSpec(
+        name="fran",
+        file_name="fran.onnx",
+        base="models-3.6.0",
+        kind="age_modifier",
+        sha256="725bb979bda169e0469de31d35ded1f6fcca3413440564d375c92c863570933b",  # one third party's
+        size_bytes=None,
+        input_size=1024,
+        template="ffhq_512",
+        normalisation=UNIT,
+        colour_order="rgb",
+        input_names=("target", "direction"),
+        output_names=("output",),
+        licence="FRAN (ry-lu): MIT",
+        unverified=frozenset({"sha256", "output_names"}),
+    ),
+    ModelSpec(
+        name="styleganex_age",
+        file_name="styleganex_age.onnx",
+        base="models-3.1.0",
+        kind="age_modifier",
+        sha256=None,
+        size_bytes=None,
+        input_size=384,
+        template="styleganex_384",
+        normalisation=SYMMETRIC,
+        colour_order="rgb",
+        input_names=("target", "target_with_background", "direction"),
+        output_names=("output",),
+        licence="StyleGANEX (williamyang1991): S-Lab License 1.0, non-commercial",
+        unverified=frozenset({"output_names"}),
+    ),
+)
+# The DeepFaceLive models of the deep swapper (docs/MODELS.md 10.3): ``scope/name_RES`` is FaceFusion's id, the file
+# ``name_RES.dfm`` in its Hugging Face repository ``deepfacelive-models-<scope>`` (kept here under ``<scope>/``, two
+# scopes have files of one name). ``in_face:0`` [N, RES, RES, 3] BGR in [0, 1] (after an unsharp mask); some take
+# ``morph_value:0`` f32 [1] too (read from the file). Outputs, in this order: the face's mask [N, RES, RES, 1], the
+# model's face [N, RES, RES, 3] BGR in [0, 1], its mask [N, RES, RES, 1]; their names are DeepFaceLab's export's
+# (out_face_mask, out_celeb_face, out_celeb_face_mask) with the ``:0`` of tf2onnx, not confirmed on a file. RES is
+# the id's; the loader takes the file's own. FaceFusion states no licence for them.
+_DEEP_SWAPPER_LICENCE = "DeepFaceLive community model: no licence stated"  # and a real person's likeness
+_DEEP_SWAP_SPECS = tuple(
+    ModelSpec(
+        name=model_id,
+        file_name=f"{model_id}.dfm",
+        base=f"deepfacelive-models-{model_id.split('/')[0]}",
+        kind="deep_swapper",
+        sha256=None,
+        size_bytes=None,
+        input_size=int(model_id.rsplit("_", 1)[1]),
+        template="dfl_whole_face",
+        normalisation=UNIT,
+        colour_order="bgr",
+        input_names=("in_face:0",),
+        output_names=("out_face_mask:0", "out_celeb_face:0", "out_celeb_face_mask:0"),
+        licence=_DEEP_SWAPPER_LICENCE,
+        unverified=frozenset({"output_names", "licence"}),
+        hugging_face_only=True,
+    )
+    for model_id in get_args(DeepSwapperCatalogue)
+)
+_LIVE_PORTRAIT_LICENCE = "LivePortrait (KwaiVGI/LivePortrait): MIT"
+# LivePortrait's six files (docs/MODELS.md, LivePortrait), all of kind live_portrait: expression_restorer uses the
+# extractors and the generator, face_editor all six (workers/live_portrait.py). FaceFusion reads every output by
+# position, so the output names are ours (in FaceFusion's variable names); a third party quotes CRC32s (feature
+# b6ca08de, motion 1278bb27, generator ea09ef95, eye ec641c99, lip 8dc8828b, stitcher c0a89576), sha256 prefixes
+# and sizes only roughly (4 MB, 108 MB, 213 MB, about 1 MB each for the last three): no sha256, no size here.
+_PORTRAIT_SPECS = (
+    *(
+        ModelSpec(
+            # input [N, 3, 256, 256]: the 512 crop resized (INTER_AREA), RGB / 255
+            name=f"live_portrait_{part}",
+            file_name=f"live_portrait_{part}.onnx",
+            base="models-3.0.0",
+            kind="live_portrait",
+            sha256=None,
+            size_bytes=None,
+            input_size=256,
+            template=None,  # the processor's: arcface_128 (expression_restorer) or ffhq_512 (face_editor), at 512
+            normalisation=UNIT,
+            colour_order="rgb",
+            input_names=("input",),
+            output_names=outputs,
+            licence=_LIVE_PORTRAIT_LICENCE,
+            unverified=frozenset({"output_names"}),
+        )
+        for part, outputs in (
+            ("feature_extractor", ("feature_volume",)),  # [N, 32, 16, 64, 64]
+            # pitch, yaw, roll in degrees; scale [N, 1]; translation [N, 3]; expression, keypoints [N, 21, 3]
+            ("motion_extractor", ("pitch", "yaw", "roll", "scale", "translation", "expression", "motion_points")),
+        )
+    ),
+    *(
+        ModelSpec(
+            name=f"live_portrait_{part}",
+            file_name=f"live_portrait_{part}.onnx",
+            base="models-3.0.0",
+            kind="live_portrait",
+            sha256=None,
+            size_bytes=None,
+            input_size=None,
+            template=None,
+            normalisation=None,
+            colour_order=None,
+            input_names=inputs,
+            output_names=("output",),
+            licence=_LIVE_PORTRAIT_LICENCE,
+            unverified=frozenset({"output_names"}),
+        )
+        for part, inputs in (
+            # feature_volume; source: the keypoints to drive to, target: the volume's own, [N, 21, 3] each ->
+            # [N, 3, 512, 512] RGB in [0, 1]
+            ("generator", ("feature_volume", "source", "target")),
+            ("eye_retargeter", ("input",)),  # [N, 66]: 63 keypoints, both eyes' open ratios, the goal -> [N, 63]
+            ("lip_retargeter", ("input",)),  # [N, 65]: 63 keypoints, the lips' open ratio, the goal -> [N, 63]
+            ("stitcher", ("source", "target")),  # the edited and the original keypoints -> [N, 21, 3]
+        )
+    ),
+)
+# The background removers (docs/MODELS.md 10.2): the whole frame resized to the model's square side, RGB, as
+# ``input`` [N, 3, S, S] -> the matte ``[0]`` [N, 1, S, S] in [0, 1] (u2net_cloth: [N, C, S, S] class scores, the
+# matte where the argmax is not 0). corridor_key takes a fourth channel (a green-screen hint, 1 - clip(2 (G -
+# max(R, B)), 0, 1), unnormalised) and gives two outputs, the matte and the foreground's RGB in [0, 1]. FaceFusion
+# reads outputs by position: their names are not confirmed. Only modnet's hashes are published, by one third party
+# (CRC32 03a022de, sha256 a9edce4b47653992aacd1bee48126e65a415ed54e2ecbe51bdca25a8cab0c0d3, about 25 MB): kept out
+# of the spec until a second source agrees, so that a wrong value cannot refuse the real file.
+_BACKGROUND_MODELS: tuple[tuple[str, str, int, Normalisation, str], ...] = (
+    ("modnet", "models-3.5.0", 512, SYMMETRIC, "MODNet (ZHKKKe/MODNet): Apache-2.0"),
+    ("ben_2", "models-3.5.0", 1024, UNIT, "BEN2 (PramaLLC): MIT"),
+    ("birefnet_general", "models-3.5.0", 1024, UNIT, "BiRefNet (ZhengPeng7/BiRefNet): MIT"),
+    ("birefnet_portrait", "models-3.5.0", 1024, UNIT, "BiRefNet (ZhengPeng7/BiRefNet): MIT"),
+    ("corridor_key_1024", "models-3.6.0", 1024, IMAGENET, "CorridorKey (nikopueringer): non-commercial"),
+    ("corridor_key_2048", "models-3.6.0", 2048, IMAGENET, "CorridorKey (nikopueringer): non-commercial"),
+    ("isnet_general", "models-3.5.0", 1024, CENTRED, "IS-Net (xuebinqin/DIS): Apache-2.0"),
+    ("ormbg", "models-3.5.0", 1024, UNIT, "ormbg (schirrmacher): Apache-2.0"),
+    ("rmbg_1.4", "models-3.5.0", 1024, CENTRED, "RMBG-1.4 (Bria): non-commercial"),
+    ("rmbg_2.0", "models-3.5.0", 1024, IMAGENET, "RMBG-2.0 (Bria): non-commercial"),
+    ("silueta", "models-3.5.0", 320, IMAGENET, "silueta (Kikedao): Apache-2.0"),
+    ("u2net_cloth", "models-3.5.0", 768, IMAGENET, "U2Net cloth segmentation (levindabhi): MIT"),
+    ("u2net_general", "models-3.5.0", 320, IMAGENET, "U2-Net (xuebinqin/U-2-Net): Apache-2.0"),
+    ("u2net_human", "models-3.5.0", 320, IMAGENET, "U2-Net (xuebinqin/U-2-Net): Apache-2.0"),
+    ("u2netp", "models-3.5.0", 320, IMAGENET, "U2-Net (xuebinqin/U-2-Net): Apache-2.0"),
+)
+_BACKGROUND_SPECS = tuple(
+    ModelSpec(
+        name=name,
+        file_name=f"{name}.onnx",
+        base=base,
+        kind="background_remover",
+        sha256=None,
+        size_bytes=None,
+        input_size=size,
+        template=None,
+        normalisation=normalisation,
+        colour_order="rgb",
+        input_names=("input",),
+        output_names=("alpha", "foreground") if name.startswith("corridor_key") else ("output",),
+        licence=licence,
+        unverified=frozenset({"output_names"}),
+    )
+    for name, base, size, normalisation, licence in _BACKGROUND_MODELS
+)
+_SPECS = (*_SPECS, *_SOUND_SPECS, *_COLOUR_SPECS, *_PORTRAIT_SPECS, *_BACKGROUND_SPECS, *_AGE_SPECS, *_DEEP_SWAP_SPECS)
 
 REGISTRY: Mapping[str, ModelSpec] = MappingProxyType({spec.name: spec for spec in _SPECS})
 """Every known model, by name."""

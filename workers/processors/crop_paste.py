@@ -6,7 +6,9 @@ landmarks where a landmarker is given, :mod:`workers.faces.landmarks`), transfor
 memory (the subclass's :meth:`CropPasteProcessor.transform`, with the per-face state its
 :meth:`CropPasteProcessor.face_state` computed while aligning), and paste them back through the paste-back masks
 (:class:`~workers.faces.masking.FaceMasker`: box, occlusion, region, area, combined by their minimum) — three
-stages the render pipeline overlaps (:meth:`CropPasteProcessor.stages`).
+stages the render pipeline overlaps (:meth:`CropPasteProcessor.stages`). The crops are cut and pasted back on the
+batch's frame back-end (:mod:`workers.frames`: the host's OpenCV warps, or torch's where the frames are on a
+device); the transforms, the models and the masks are the host's.
 
 This module holds no processor of its own; each subclass lives in the module of its processor name.
 """
@@ -14,18 +16,19 @@ This module holds no processor of its own; each subclass lives in the module of 
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 
 from shared.options import MaskType
+from workers.engines.base import Degradation
 from workers.engines.batching import FittedBatches
 from workers.faces.alignment import box_mask
 from workers.faces.crop_model import CropModel
-from workers.faces.cropping import FaceCrops, gather_crops, paste_crops
+from workers.faces.cropping import FaceCrops, face_transforms
 from workers.faces.detection import Face, FaceDetector
 from workers.faces.landmarks import FaceLandmarker
 from workers.faces.masking import FaceMasker, Masks
@@ -108,6 +111,7 @@ class CropPasteProcessor:
         self.mask_scale = mask_scale
         mask = box_mask(self.crop_size, mask_blur, mask_padding)
         self.mask: FloatArray = mask if mask_scale == 1.0 else mask * np.float32(mask_scale)
+        self._processed = 0  # frames :meth:`process` has been given (the next batch's first frame's number)
 
     @property
     def template(self) -> str:
@@ -118,14 +122,21 @@ class CropPasteProcessor:
         """The crops transformed by the model: same order (``state``: the rows of :meth:`face_state` for them)."""
         raise NotImplementedError
 
+    def transform_with_masks(self, crops: Crops, state: FloatArray | None = None) -> tuple[Crops, Masks | None]:
+        """:meth:`transform`, and the model's own paste-back masks of the transformed crops where it gives them
+        (float32 ``[n, S, S]``, combined with the job's masks by their minimum, as FaceFusion combines a deep swap
+        model's masks); ``None`` (the default): the model gives none."""
+        return self.transform(crops, state), None
+
     def face_state(self, frames: FrameBatch, targets: Sequence[Sequence[Face]]) -> FloatArray | None:
         """Per-face state for :meth:`transform`, one row per aligned face in order; ``None``: none (the default)."""
         return None
 
     def process(self, frames: FrameBatch) -> FrameBatch:
-        """The frames with every targeted face transformed."""
+        """The frames with every targeted face transformed (the chunk's batches, in order: they are numbered so)."""
         faces = self.detector.detect(frames)
         work = Work(frames, faces, self.targeter.select(frames, faces) if self.targeter else faces)
+        work.first, self._processed = self._processed, self._processed + len(frames)
         for stage in self.stages():
             work = stage(work)
         return work.frames
@@ -136,7 +147,9 @@ class CropPasteProcessor:
 
     def _align(self, work: Work) -> Work:
         targets, points = self.refine(work)
-        faces = gather_crops(work.frames, targets, self._model.template, self.crop_size)
+        transforms, frame_of = face_transforms(targets, self._model.template, self.crop_size)
+        backend, frames = work.on_backend()
+        faces = FaceCrops(backend.crops(frames, transforms, frame_of, self.crop_size), transforms, frame_of)
         work.state = self.aligned(work, faces, targets, points)
         return work
 
@@ -172,24 +185,26 @@ class CropPasteProcessor:
         faces = aligned.faces
         if len(faces):
             before = self.masker.before(faces.crops) if self.masker is not None else None
-            if aligned.state is None:
-                transformed = self.batches.map(faces.crops, self.transform)
-            else:
-                state, done = aligned.state, [0]
+            state, done, own = aligned.state, [0], list[Masks]()
 
-                def step(part: Crops) -> Crops:
-                    # map hands consecutive slices in order (a slice that ran out of memory comes again, smaller)
-                    start = done[0]
-                    result = self.transform(part, state[start : start + len(part)])
-                    done[0] = start + len(part)
-                    return result
+            def step(part: Crops) -> Crops:
+                # map hands consecutive slices in order (a slice that ran out of memory comes again, smaller)
+                start = done[0]
+                rows = None if state is None else state[start : start + len(part)]
+                result, masks = self.transform_with_masks(part, rows)
+                if masks is not None:
+                    own.append(masks)
+                done[0] = start + len(part)
+                return result
 
-                transformed = self.batches.map(faces.crops, step)
+            transformed = self.batches.map(faces.crops, step)
             masks = self.mask
             if self.masker is not None and transformed.shape[1] == faces.crops.shape[1]:
                 masks = self.masker.combine(transformed, before=before, landmarks=aligned.landmarks)
                 if self.mask_scale != 1.0:
                     masks = masks * np.float32(self.mask_scale)
+            if own:
+                masks = np.minimum(masks, np.concatenate(own))
             work.state = Transformed(faces, transformed, masks)
             logger.debug("%s %s faces in %s frames", self.verb, len(faces), len(work.frames))
         if self._reporter is not None:
@@ -197,9 +212,16 @@ class CropPasteProcessor:
         return work
 
     def _paste(self, work: Work) -> Work:
+        """The transformed crops blended back through their masks (crops larger than those gathered, an
+        enhancer's, by transforms scaled to match)."""
         if isinstance(work.state, Transformed):
             done = work.state
-            work.frames = paste_crops(work.frames, done.faces, done.transformed, done.masks)
+            if len(done.transformed) != len(done.faces):
+                raise ValueError(f"{len(done.transformed)} crops for {len(done.faces)} faces")
+            backend, frames = work.on_backend()
+            scale = done.transformed.shape[1] / done.faces.crops.shape[1]
+            faces = done.faces
+            backend.paste(frames, done.transformed, faces.transforms * scale, faces.frame_indices, done.masks)
         work.state = None
         return work
 
@@ -210,11 +232,14 @@ def common_arguments(
     *,
     crop_size: int | None = None,
     mask_types: Collection[MaskType] | None = None,
-    landmarks: bool = True,
+    landmarks: bool | Literal["always"] = True,
+    more: Sequence[Callable[[], list[Degradation]]] = (),
 ) -> dict[str, Any]:
     """The arguments every crop-and-paste processor takes from a job's context: batching, the paste-back masks
     (``face.mask_types``, or ``mask_types`` where the processor takes only some), the landmarker where the area
-    mask or ``face.landmarker_score`` asks for it (unless ``landmarks`` is false), and the reporter of them all.
+    mask or ``face.landmarker_score`` asks for it (unless ``landmarks`` is false; ``"always"``: the processor reads
+    the 68 points itself), and the reporter of them all (and of ``more``: the slower paths of the processor's other
+    models).
 
     Raises:
         InvalidOptionsError: no mask type chosen.
@@ -227,10 +252,10 @@ def common_arguments(
     masker = FaceMasker.from_options(masked, settings, size)
     landmarker = (
         FaceLandmarker.load(settings, min_score=face.landmarker_score)
-        if landmarks and (masker.needs_landmarks or face.landmarker_score > 0)
+        if landmarks == "always" or (landmarks and (masker.needs_landmarks or face.landmarker_score > 0))
         else None
     )
-    sources = [model.degradations, masker.degradations] + ([landmarker.degradations] if landmarker else [])
+    sources = [model.degradations, masker.degradations, *more] + ([landmarker.degradations] if landmarker else [])
     return {
         "batch_size": settings.batch_size,
         "batches": model.batches,

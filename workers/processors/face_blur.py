@@ -2,7 +2,7 @@
 
 Privacy first: every face found is hidden, whatever the selector mode says (a face missed by a selector would be a
 face left identifiable). In ``strict`` mode (the default) the faces are what the tracks say
-(:mod:`workers.track_feed`: low thresholds, doubtful detections kept, short gaps filled) and each box grows by
+(:mod:`workers.faces.track_feed`: low thresholds, doubtful detections kept, short gaps filled) and each box grows by
 ``blur_margin`` with a soft edge that fades out within the margin, so the box itself is hidden entirely. Without
 ``strict``, only the faces detected at ``detector_score`` are hidden, inside their boxes. Pixels outside the
 (grown) boxes are left exactly as they were.
@@ -13,20 +13,25 @@ Each processor counts the face-frames it hid and how many of those its tracks fi
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
+from typing import TypeVar
 
-import cv2
 import numpy as np
 import numpy.typing as npt
 
-from shared.options import BlurStyle
+from shared.options import BlurStyle, BlurUncertain
 from shared.tallies import FaceTally
 from workers.faces.detection import Face, FaceDetector
 from workers.faces.targeting import FaceTargeter
+from workers.frames.backend import FrameBackend
+from workers.frames.batch import Frames
+from workers.frames.host import HostBackend
 from workers.processors.base import FrameBatch, ProcessorContext, Stage, Work, register
 
 logger = logging.getLogger(__name__)
 
 Frame = npt.NDArray[np.uint8]
+A = TypeVar("A")
 
 
 def face_region(face: Face, frame_shape: tuple[int, ...]) -> tuple[int, int, int, int]:
@@ -51,37 +56,10 @@ def grown_region(face: Face, margin: float, frame_shape: tuple[int, ...]) -> tup
     return face_region(Face(box=grown, landmarks=face.landmarks, score=face.score), frame_shape)
 
 
-def _hidden(region: Frame, style: BlurStyle, strength: float) -> Frame:
-    height, width = region.shape[:2]
-    if style == "fill":
-        return np.broadcast_to(region.reshape(-1, 3).mean(axis=0).astype(np.uint8), region.shape).copy()
-    if style == "pixelate":
-        # blocks of about strength/4 of the face: 8 across at the default strength
-        block = max(2, round(strength / 4 * max(height, width)))
-        small = cv2.resize(region, (max(1, width // block), max(1, height // block)), interpolation=cv2.INTER_AREA)
-        return np.asarray(cv2.resize(small, (width, height), interpolation=cv2.INTER_NEAREST), np.uint8)
-    kernel = max(3, int(strength * max(height, width)) | 1)
-    return np.asarray(cv2.GaussianBlur(region, (kernel, kernel), 0), np.uint8)
-
-
-def _soft_mask(height: int, width: int, inner: tuple[int, int, int, int]) -> npt.NDArray[np.float32]:
-    """1 inside ``inner`` (x1, y1, x2, y2 within the region), falling linearly to 0 at the region's edge."""
-    ys = np.arange(height, dtype=np.float32)[:, None]
-    xs = np.arange(width, dtype=np.float32)[None, :]
-    x1, y1, x2, y2 = inner
-
-    def ramp(pos: npt.NDArray[np.float32], lo: int, hi: int, extent: int) -> npt.NDArray[np.float32]:
-        before = np.clip((pos + 1) / max(lo, 1), 0, 1) if lo > 0 else np.ones_like(pos)
-        after = np.clip((extent - pos) / max(extent - hi, 1), 0, 1) if hi < extent else np.ones_like(pos)
-        return np.asarray(np.minimum(before, after), np.float32)
-
-    return np.asarray(ramp(ys, y1, y2, height) * ramp(xs, x1, x2, width), np.float32)
-
-
 def blur_faces(
     frame: Frame, faces: list[Face], strength: float, *, style: BlurStyle = "blur", margin: float = 0.0
 ) -> Frame:
-    """A copy of ``frame`` with each face hidden.
+    """A copy of ``frame`` with each face hidden (:meth:`FaceBlurProcessor.hide` on the host back-end).
 
     Args:
         frame: uint8 [H, W, 3].
@@ -91,21 +69,44 @@ def blur_faces(
         style: ``blur``, ``pixelate`` or ``fill`` (the region's mean colour).
         margin: each side of the box grows by this fraction of its size; the edge fades out within the margin.
     """
-    output = frame.copy()
-    for face in faces:
-        x1, y1, x2, y2 = grown_region(face, margin, frame.shape)
-        if x2 <= x1 or y2 <= y1:
-            continue
-        hidden = _hidden(output[y1:y2, x1:x2], style, strength)
-        if margin <= 0:
-            output[y1:y2, x1:x2] = hidden
-            continue
-        bx1, by1, bx2, by2 = face_region(face, frame.shape)
-        inner = (bx1 - x1, by1 - y1, bx2 - x1, by2 - y1)
-        alpha = _soft_mask(y2 - y1, x2 - x1, inner)[..., None]
-        region = output[y1:y2, x1:x2].astype(np.float32)
-        output[y1:y2, x1:x2] = np.clip(hidden * alpha + region * (1 - alpha) + 0.5, 0, 255).astype(np.uint8)
-    return output
+    backend = HostBackend()
+    frames = backend.frames(bgr=frame[None].copy())
+    hide_faces(backend, frames, [faces], strength, style=style, margin=margin)
+    assert frames.bgr is not None
+    return np.asarray(frames.bgr[0], np.uint8)
+
+
+def hide_faces(
+    backend: FrameBackend[A],
+    frames: Frames[A],
+    faces: Sequence[Sequence[Face]],
+    strength: float,
+    *,
+    style: BlurStyle = "blur",
+    margin: float = 0.0,
+) -> None:
+    """Hide each frame's faces in ``frames``, in place, on any back-end: the box (grown by ``margin`` of its size
+    each side, its edge fading out within the margin) Gaussian-blurred by a kernel of ``strength`` of its longer
+    side, pixelated in blocks of a quarter of that, or filled with its mean colour. Faces are hidden one after the
+    other, each on the frame as the ones before left it."""
+    shape = (frames.height, frames.width)
+    for index, found in enumerate(faces):
+        for face in found:
+            box = grown_region(face, margin, shape)
+            x1, y1, x2, y2 = box
+            if x2 <= x1 or y2 <= y1:
+                continue
+            inner = None
+            if margin > 0:
+                bx1, by1, bx2, by2 = face_region(face, shape)
+                inner = (bx1 - x1, by1 - y1, bx2 - x1, by2 - y1)
+            longer = max(x2 - x1, y2 - y1)
+            if style == "fill":
+                backend.fill(frames, index, box, inner)
+            elif style == "pixelate":  # blocks of about strength/4 of the face: 8 across at the default strength
+                backend.pixelate(frames, index, box, max(2, round(strength / 4 * longer)), inner)
+            else:
+                backend.blur(frames, index, box, max(3, int(strength * longer) | 1), inner)
 
 
 class FaceBlurProcessor:
@@ -116,6 +117,8 @@ class FaceBlurProcessor:
         strength: the blur kernel relative to the face size (0–1).
         style: blur, pixelate or fill.
         margin: the box's growth each side, relative to its size, with a soft edge within it (strict mode).
+        uncertain: ``frame``: a frame where a track is lost (a face carried on past its last detection) is hidden
+            whole (strict mode's ``face.blur_uncertain``); ``faces``: its faces alone.
     """
 
     targeter: FaceTargeter | None = None  # every detected face, whatever the selector mode
@@ -123,14 +126,24 @@ class FaceBlurProcessor:
     touches_pixels = True
 
     def __init__(
-        self, detector: FaceDetector, *, strength: float = 0.5, style: BlurStyle = "blur", margin: float = 0.0
+        self,
+        detector: FaceDetector,
+        *,
+        strength: float = 0.5,
+        style: BlurStyle = "blur",
+        margin: float = 0.0,
+        uncertain: BlurUncertain = "faces",
     ) -> None:
         self.detector = detector
         self.strength = strength
         self.style: BlurStyle = style
         self.margin = margin
+        self.uncertain: BlurUncertain = uncertain
+        self.whole = 0  # frames hidden whole (a track lost there, uncertain="frame")
         self.hidden = 0  # face-frames hidden
         self.filled = 0  # of those, faces the tracks filled in
+        self.frames = 0  # frames output
+        self._runs = detector.runs  # the detector's model runs before this processor's chunk
 
     @classmethod
     def from_context(cls, context: ProcessorContext, *, detector: FaceDetector | None = None) -> FaceBlurProcessor:
@@ -138,31 +151,47 @@ class FaceBlurProcessor:
         face = context.options.face
         detector = detector or FaceDetector.load(face, context.settings)
         margin = face.blur_margin if face.blur_strict else 0.0
-        return cls(detector, strength=face.blur_strength, style=face.blur_style, margin=margin)
+        uncertain: BlurUncertain = face.blur_uncertain if face.blur_strict else "faces"
+        return cls(detector, strength=face.blur_strength, style=face.blur_style, margin=margin, uncertain=uncertain)
 
     def process(self, frames: FrameBatch) -> FrameBatch:
         """The frames with every detected face hidden."""
-        return self._apply(Work(frames, self.detector.detect(frames))).frames
+        return self._hidden(Work(frames, self.detector.detect(frames))).frames
+
+    def _hidden(self, work: Work) -> Work:
+        """The batch's faces hidden in its frames on its frame back-end."""
+        assert work.faces is not None
+        backend, frames = work.on_backend()
+        self.hide(backend, frames, work.faces)
+        return work
+
+    def hide(self, backend: FrameBackend[A], frames: Frames[A], faces: Sequence[Sequence[Face]]) -> None:
+        """Hide ``faces`` (per frame) in ``frames`` on ``backend``, in place, and count them; with ``uncertain``
+        ``frame``, a frame where a track is lost is hidden whole."""
+        shown: list[Sequence[Face]] = list(faces)
+        if self.uncertain == "frame":
+            # fail closed: a face the tracks lost here could be anywhere near, so nothing of the frame shows
+            box = np.asarray([0, 0, frames.width, frames.height], np.float32)
+            whole = Face(box=box, landmarks=np.zeros((5, 2), np.float32), score=1.0)
+            for index, found in enumerate(faces):
+                if any(face.lost for face in found):
+                    shown[index] = [whole]
+                    self.whole += 1
+        hide_faces(backend, frames, shown, self.strength, style=self.style, margin=self.margin)
+        self.frames += len(faces)
+        for found in faces:
+            self.hidden += len(found)
+            self.filled += sum(face.filled for face in found)
 
     def stages(self) -> tuple[Stage, ...]:
         """One stage after the chain's detection: every face found."""
-        return (self._apply,)
+        return (self._hidden,)
 
     def tally(self) -> FaceTally:
-        """What this processor did, for the job's events: face-frames hidden, and how many tracks filled in."""
-        return FaceTally("face_blur", self.hidden, self.filled)
-
-    def _apply(self, work: Work) -> Work:
-        assert work.faces is not None
-        output = np.empty_like(work.frames)
-        for index, (frame, faces) in enumerate(zip(work.frames, work.faces, strict=True)):
-            output[index] = (
-                blur_faces(frame, faces, self.strength, style=self.style, margin=self.margin) if faces else frame
-            )
-            self.hidden += len(faces)
-            self.filled += sum(face.filled for face in faces)
-        work.frames = output
-        return work
+        """What this processor did, for the job's events: face-frames hidden, how many tracks filled in, and the
+        detector's model runs (every pass and tile of strict mode's sweep) for the frames output."""
+        calls = self.detector.runs - self._runs
+        return FaceTally("face_blur", self.hidden, self.filled, calls, self.frames, self.whole)
 
 
 @register("face_blur")

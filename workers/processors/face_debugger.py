@@ -9,7 +9,9 @@ the ones the face is aligned by: derived from the 68 where their landmark score 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import cv2
 import numpy as np
@@ -18,11 +20,15 @@ import numpy.typing as npt
 from workers.faces.detection import Face, FaceDetector
 from workers.faces.landmarks import FaceLandmarker
 from workers.faces.targeting import FaceTargeter
+from workers.frames.backend import Box, FrameBackend
+from workers.frames.batch import Frames
 from workers.processors.base import FrameBatch, ProcessorContext, Reporter, Stage, Work, register
 
 logger = logging.getLogger(__name__)
 
 Frame = npt.NDArray[np.uint8]
+Points = npt.NDArray[np.float32]
+A = TypeVar("A")
 
 BOX_COLOUR = (0, 0, 255)  # BGR red
 LANDMARK_COLOUR = (0, 255, 0)  # BGR green
@@ -56,18 +62,57 @@ def draw_faces(frame: Frame, faces: list[Face], points_68: list[npt.NDArray[np.f
     """A copy of ``frame`` with each face's box, landmarks and score drawn on it; with ``points_68`` (one [68, 2]
     array per face), those points first, under the rest."""
     output = np.ascontiguousarray(frame.copy())
-    thickness = mark_thickness(*frame.shape[:2])
-    for points in points_68 or []:
+    _draw(output, faces, points_68 or [], mark_thickness(*frame.shape[:2]), (0, 0))
+    return output
+
+
+def _draw(
+    canvas: Frame,
+    faces: Sequence[Face],
+    points_68: Sequence[npt.NDArray[np.float32]],
+    thickness: int,
+    origin: tuple[int, int],
+) -> None:
+    """Draw the marks into ``canvas``, the frame's region whose top-left pixel is ``origin``, in place."""
+    ox, oy = origin
+
+    def at(x: float, y: float) -> tuple[int, int]:
+        return int(round(float(x))) - ox, int(round(float(y))) - oy
+
+    for points in points_68:
         for x, y in points:
-            cv2.circle(output, (int(round(float(x))), int(round(float(y)))), thickness, LANDMARK_68_COLOUR, -1)
+            cv2.circle(canvas, at(x, y), thickness, LANDMARK_68_COLOUR, -1)
     for face in faces:
         x1, y1, x2, y2 = box_corners(face)
-        cv2.rectangle(output, (x1, y1), (x2, y2), BOX_COLOUR, thickness)
+        cv2.rectangle(canvas, (x1 - ox, y1 - oy), (x2 - ox, y2 - oy), BOX_COLOUR, thickness)
         for x, y in face.landmarks:
-            cv2.circle(output, (int(round(float(x))), int(round(float(y)))), thickness + 1, LANDMARK_COLOUR, -1)
-        text, origin = score_label(face, thickness)
-        cv2.putText(output, text, origin, FONT, font_scale(thickness), BOX_COLOUR, thickness)
-    return output
+            cv2.circle(canvas, at(x, y), thickness + 1, LANDMARK_COLOUR, -1)
+        text, (tx, ty) = score_label(face, thickness)
+        cv2.putText(canvas, text, (tx - ox, ty - oy), FONT, font_scale(thickness), BOX_COLOUR, thickness)
+
+
+def marked_region(
+    faces: Sequence[Face], points_68: Sequence[npt.NDArray[np.float32]], thickness: int, height: int, width: int
+) -> Box:
+    """The frame's pixels the marks of ``faces`` can touch: ``x1, y1, x2, y2``, clipped to the frame."""
+    xs: list[float] = []
+    ys: list[float] = []
+    for face in faces:
+        x1, y1, x2, y2 = box_corners(face)
+        text, (tx, ty) = score_label(face, thickness)
+        (tw, th), base = cv2.getTextSize(text, FONT, font_scale(thickness), thickness)
+        xs += [x1, x2, tx, tx + tw, *face.landmarks[:, 0].tolist()]
+        ys += [y1, y2, ty - th, ty + base, *face.landmarks[:, 1].tolist()]
+    for points in points_68:
+        xs += points[:, 0].tolist()
+        ys += points[:, 1].tolist()
+    pad = 2 * thickness + 4  # a line's half width, a disc's radius, rounding
+    return (
+        max(0, int(np.floor(min(xs))) - pad),
+        max(0, int(np.floor(min(ys))) - pad),
+        min(width, int(np.ceil(max(xs))) + pad + 1),
+        min(height, int(np.ceil(max(ys))) + pad + 1),
+    )
 
 
 @dataclass
@@ -106,11 +151,15 @@ class FaceDebuggerProcessor:
 
     def process(self, frames: FrameBatch) -> FrameBatch:
         """The frames with the detections drawn on."""
-        return self._apply(Work(frames, self.detector.detect(frames))).frames
+        work = Work(frames, self.detector.detect(frames))
+        for stage in self.stages():
+            work = stage(work)
+        return work.frames
 
     def stages(self) -> tuple[Stage, ...]:
-        """One stage after the chain's detection: every detected face."""
-        return (self._apply,)
+        """After the chain's detection: every detected face located (its 68 points, with a landmarker), then the
+        marks drawn on the batch's frame back-end."""
+        return self._locate, self._draw
 
     def locate(self, work: Work) -> Located:
         """The batch's faces to draw (every detected face) and, with a landmarker, their 68 points: found for
@@ -127,12 +176,35 @@ class FaceDebuggerProcessor:
                 self._reporter.check()
         return Located(faces_per_frame, points)
 
-    def _apply(self, work: Work) -> Work:
-        located = self.locate(work)
-        output = np.empty_like(work.frames)
-        for index, (frame, faces) in enumerate(zip(work.frames, located.faces, strict=True)):
-            output[index] = draw_faces(frame, faces, located.points[index]) if faces else frame
-        work.frames = output
+    def draw(self, backend: FrameBackend[A], frames: Frames[A], located: Located) -> None:
+        """Draw ``located`` into ``frames`` on ``backend``, in place, in ``draw_faces``' order (every face's 68
+        points, then each face's box, points and score), each mark set in its own region, drawn on the host
+        (marks are few, their pixels fewer): only those regions are rewritten."""
+        thickness = mark_thickness(frames.height, frames.width)
+        height, width = frames.height, frames.width
+        for index, faces in enumerate(located.faces):
+            sets: list[tuple[list[Face], list[Points]]] = [([], [points]) for points in located.points[index]]
+            sets += [([face], []) for face in faces]
+            for marked, points in sets:
+                box = marked_region(marked, points, thickness, height, width)
+
+                def draw(
+                    region: Frame, marked: list[Face] = marked, points: list[Points] = points, box: Box = box
+                ) -> None:
+                    _draw(region, marked, points, thickness, (box[0], box[1]))
+
+                backend.draw(frames, index, box, draw)
+
+    def _locate(self, work: Work) -> Work:
+        work.state = self.locate(work)
+        return work
+
+    def _draw(self, work: Work) -> Work:
+        located = work.state
+        assert isinstance(located, Located)
+        backend, frames = work.on_backend()
+        self.draw(backend, frames, located)
+        work.state = None
         return work
 
 

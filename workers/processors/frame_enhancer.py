@@ -2,13 +2,20 @@
 (:mod:`workers.upscaling`), then blended over the frame resized to the same size (``frame_enhancer.blend``).
 
 It is the one processor whose frames come out larger than they went in: it runs last in the chain, and the render
-step decodes at the output size divided by its scale and encodes at the output size (:mod:`shared.framing`).
+step decodes at the output size divided by its scale and encodes at the output size (:mod:`shared.output_frames`).
+Its pixel work is written once, against the frame back-ends (:meth:`FrameEnhancerProcessor.on_frames`: the tiles
+cut, run and joined where the frames are).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
+from workers.frames.backend import FrameBackend
+from workers.frames.batch import Frames
+from workers.frames.host import HostBackend
 from workers.processors.base import FrameBatch, ProcessorContext, Reporter, register
-from workers.upscaling import FrameEnhancer, blend
+from workers.upscaling import FrameEnhancer
 
 
 class FrameEnhancerProcessor:
@@ -41,7 +48,12 @@ class FrameEnhancerProcessor:
 
     def process(self, frames: FrameBatch) -> FrameBatch:
         """The frames, ``scale`` times wider and taller: ``[N, H, W, 3]`` → ``[N, sH, sW, 3]``."""
-        upscaled = blend(frames, self.enhancer.upscale(frames), self.blend)
+        backend = HostBackend()
+        return backend.ensure_bgr(self.on_frames(backend, backend.frames(bgr=frames)))
+
+    def on_frames(self, backend: FrameBackend[Any], frames: Frames[Any]) -> Frames[Any]:
+        """The batch upscaled and blended on ``backend`` (:class:`~workers.processors.base.OnFrames`)."""
+        upscaled = backend.upscale(frames, self.enhancer, self.blend)
         self.report()
         return upscaled
 

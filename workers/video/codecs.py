@@ -7,7 +7,7 @@ decodes one (:func:`decode_probe_args`); what succeeds is what the worker uses (
 
 A job that asks for a hardware encoder this worker cannot drive is encoded by the software encoder of the same
 codec (``h264_nvenc`` → ``libx264``, ``hevc_nvenc`` → ``libx265``) and told so: a ``warning`` event
-``encoder_unavailable`` (:mod:`workers.notices`: a log line and ``swapfarm_degradations_total`` too). Decoding
+``encoder_unavailable`` (:mod:`workers.degradations`: a log line and ``swapfarm_degradations_total`` too). Decoding
 takes ``-hwaccel cuda`` where the probe decoded with it, the software decoder otherwise (``doctor`` shows which).
 The command lines are pure functions, tested without running ffmpeg.
 """
@@ -26,7 +26,7 @@ from pathlib import Path
 from shared.errors import FfmpegError
 from shared.options import EncoderOptions, JobOptions
 from shared.processes import FFMPEG, capture
-from workers import notices
+from workers import degradations
 from workers.video.encoders import CANDIDATE_ENCODERS, SOFTWARE_FALLBACK
 
 __all__ = [
@@ -169,7 +169,7 @@ def usable_options(options: JobOptions, support: CodecSupport) -> JobOptions:
         return options
     fallback = SOFTWARE_FALLBACK.get(wanted, "libx264")
     why = support.failed.get(wanted, "not built into this ffmpeg")
-    notices.report(
+    degradations.report(
         "encoder_unavailable",
         f"the {wanted} encoder does not work on this worker ({why}); encoded with {fallback} instead",
     )

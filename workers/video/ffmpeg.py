@@ -23,6 +23,7 @@ import ffmpeg as graph  # typed-ffmpeg: builds the command lines
 from ffmpeg import AudioStream, AVStream, VideoStream
 from ffmpeg.dag.nodes import OutputStream
 
+from shared.containers import MP4, Container, container_of
 from shared.media import input_args
 from shared.options import EncoderOptions
 from shared.processes import FFMPEG, run, start
@@ -35,18 +36,24 @@ __all__ = [
 ]  # fmt: skip
 
 PROVENANCE_TAG = "synthetic_content"
-# The container of everything the farm writes (chunks, the stitch, the output): MP4, which the concat demuxer joins
-# by stream copy and whose index workers.video.mp4_timing rewrites; read back with the demuxer probes name "mov".
-MUXER = "mp4"
-MUXER_DEMUXER = "mov"
+# The container of what the farm writes (chunks, the stitch, the output) is the job's (shared.containers: MP4, or
+# MOV for ProRes); the concat demuxer joins either by stream copy, workers.video.mp4_timing rewrites either's index,
+# and both are read back with the demuxer probes name "mov".
+MUXER = MP4.muxer
+MUXER_DEMUXER = MP4.demuxer
 PROVENANCE_TEXT = "This video contains synthetic, face-swapped content made with swapfarm."
-# Containers that carry these audio codecs by stream copy; anything else is re-encoded to AAC.
-_MP4_AUDIO = frozenset({"aac", "mp3", "ac3", "eac3", "opus", "alac", "flac"})
 
 
-def pipe_format(width: int, height: int) -> str:
-    """The raw pixel format frames travel in: 4:2:0 needs even sizes; odd-sized frames go as BGR."""
-    return "yuv420p" if width % 2 == 0 and height % 2 == 0 else "bgr24"
+def pipe_format(width: int, height: int, *, alpha: bool = False) -> str:
+    """The raw pixel format frames travel in: 4:2:0 needs even sizes; odd-sized frames go as BGR. With ``alpha``
+    (frames with a matte, to the encoder only) the same with an alpha plane after the colour.
+
+    >>> pipe_format(64, 36), pipe_format(65, 36), pipe_format(64, 36, alpha=True), pipe_format(65, 36, alpha=True)
+    ('yuv420p', 'bgr24', 'yuva420p', 'bgra')
+    """
+    if width % 2 == 0 and height % 2 == 0:
+        return "yuva420p" if alpha else "yuv420p"
+    return "bgra" if alpha else "bgr24"
 
 
 def _compile(output: OutputStream, *, progress: bool = False) -> list[str]:
@@ -111,13 +118,21 @@ def decode_args(
 
 
 def encode_args(
-    output: Path, width: int, height: int, fps: str, options: EncoderOptions, pix_fmt: str = "bgr24"
+    output: Path,
+    width: int,
+    height: int,
+    fps: str,
+    options: EncoderOptions,
+    pix_fmt: str = "bgr24",
+    *,
+    alpha: bool = False,
 ) -> list[str]:
-    """Encode raw BGR frames from stdin at a constant ``fps`` into ``output`` (video only)."""
+    """Encode raw frames (``pix_fmt``) from stdin at a constant ``fps`` into ``output`` (video only), in the
+    encoder's container; with ``alpha`` the frames carry an alpha plane and the encoder keeps it."""
     raw = graph.input("pipe:0", f="rawvideo", pix_fmt=pix_fmt, s=f"{width}x{height}", r=fps)
-    encoded = raw.video_stream(0).output(
-        filename=str(output), f=MUXER, an=True, extra_options=video_codec(options, width, height)
-    )
+    codec = video_codec(options, width, height, alpha=alpha)
+    muxer = container_of(options.encoder).muxer
+    encoded = raw.video_stream(0).output(filename=str(output), f=muxer, an=True, extra_options=codec)
     return _compile(encoded)
 
 
@@ -147,7 +162,7 @@ def transcode_args(
     video = video.settb(expr=f"{den or 1}/{num}").setpts(expr="N")
     encoded = video.output(
         filename=str(output),
-        f=MUXER,
+        f=container_of(options.encoder).muxer,
         an=True,
         r=fps,
         extra_options={"frames:v": frames, "fps_mode": "passthrough", **video_codec(options, width, height)},
@@ -176,12 +191,14 @@ class AudioCut:
 
 @dataclass(frozen=True)
 class Resample:
-    """Re-encode the stitched video onto a constant ``rate`` grid (FFmpeg's ``fps`` filter) with ``encoder``."""
+    """Re-encode the stitched video onto a constant ``rate`` grid (FFmpeg's ``fps`` filter) with ``encoder`` (and
+    its alpha plane, with ``alpha``)."""
 
     rate: Fraction
     width: int
     height: int
     encoder: EncoderOptions
+    alpha: bool = False
 
 
 def _chunks(list_file: Path) -> AVStream:
@@ -199,21 +216,28 @@ def stitch_args(
     audio_demuxer: str | None = None,
     audio_cut: AudioCut | None = None,
     resample: Resample | None = None,
+    container: Container = MP4,
 ) -> list[str]:
     """Concatenate the chunk files (ours) by stream copy and take the audio once from the original input (the
     user's, read with its probed demuxer): all of it, or the ``audio_cut`` of a trimmed job. With ``resample``
-    the video is re-encoded at another rate instead of copied."""
+    the video is re-encoded at another rate instead of copied. Written in ``container``, the chunks'."""
     return _mux_args(
-        _chunks(list_file), audio_source, audio_codec, output, provenance, audio_demuxer, audio_cut, resample
-    )
+        _chunks(list_file), audio_source, audio_codec, output, provenance, audio_demuxer, audio_cut, resample,
+        container,
+    )  # fmt: skip
 
 
-def concat_video_args(list_file: Path, output: Path) -> list[str]:
-    """Concatenate the chunk files by stream copy into an MP4 whose index follows its media (no faststart).
+def concat_video_args(list_file: Path, output: Path, container: Container = MP4) -> list[str]:
+    """Concatenate the chunk files by stream copy into a file of ``container`` (the chunks') whose index follows
+    its media (no faststart).
 
     The index can then change size without moving a sample (see :mod:`workers.video.mp4_timing`).
     """
-    copied = _chunks(list_file).video_stream(0).output(filename=str(output), f=MUXER, extra_options={"c:v": "copy"})
+    copied = (
+        _chunks(list_file)
+        .video_stream(0)
+        .output(filename=str(output), f=container.muxer, extra_options={"c:v": "copy"})
+    )
     return _compile(copied)
 
 
@@ -227,11 +251,12 @@ def remux_args(
     audio_demuxer: str | None = None,
     audio_cut: AudioCut | None = None,
     resample: Resample | None = None,
+    container: Container = MP4,
 ) -> list[str]:
     """Copy ``video``'s video (timing as it is; or ``resample`` it) and take the audio once from the original
-    input (or its ``audio_cut``)."""
+    input (or its ``audio_cut``), into ``container``."""
     ours = graph.input(str(video))
-    return _mux_args(ours, audio_source, audio_codec, output, provenance, audio_demuxer, audio_cut, resample)
+    return _mux_args(ours, audio_source, audio_codec, output, provenance, audio_demuxer, audio_cut, resample, container)
 
 
 def _mux_args(
@@ -243,25 +268,26 @@ def _mux_args(
     audio_demuxer: str | None = None,
     audio_cut: AudioCut | None = None,
     resample: Resample | None = None,
+    container: Container = MP4,
 ) -> list[str]:
     video: VideoStream = video_input.video_stream(0)
     options: dict[str, Any] = {"c:v": "copy"}
     if resample is not None:
         rate = resample.rate
         video = video.fps(fps=f"{rate.numerator}/{rate.denominator}")
-        options = video_codec(resample.encoder, resample.width, resample.height)
+        options = video_codec(resample.encoder, resample.width, resample.height, alpha=resample.alpha)
     streams: list[VideoStream | AudioStream] = [video]
     if audio_source is not None:
         start = audio_cut.start if audio_cut is not None else 0.0
         seconds = audio_cut.seconds if audio_cut is not None else None
         audio = _open(audio_source, audio_demuxer, seek=start, seconds=seconds)
         streams.append(audio.audio_stream(0, optional=True))
-        options["c:a"] = "copy" if audio_codec in _MP4_AUDIO and audio_cut is None else "aac"
+        options["c:a"] = "copy" if audio_codec in container.audio_copy and audio_cut is None else "aac"
     options["movflags"] = "+faststart+use_metadata_tags"
     if provenance:  # two global tags: "-metadata" and "-metadata:g" name the same (global) metadata
         options["metadata"] = f"{PROVENANCE_TAG}=face-swapped"
         options["metadata:g"] = f"comment={PROVENANCE_TEXT}"
-    return _compile(graph.output(*streams, filename=str(output), f=MUXER, extra_options=options))
+    return _compile(graph.output(*streams, filename=str(output), f=container.muxer, extra_options=options))
 
 
 def still_args(source: Path, seek: float, output: Path, demuxer: str, *, max_width: int) -> list[str]:

@@ -51,6 +51,16 @@ def _to_yuv420p(frames: FrameBatch) -> FrameBatch:
     return out
 
 
+def _to_yuva420p(frames: FrameBatch) -> FrameBatch:
+    """BGRA frames ``[N, H, W, 4]`` as FFmpeg's ``yuva420p``: the colour's 4:2:0 planes, then the alpha plane."""
+    height = frames.shape[1]
+    out = np.empty((len(frames), height * 5 // 2, frames.shape[2]), np.uint8)
+    for i, frame in enumerate(frames):
+        cv2.cvtColor(frame, cv2.COLOR_BGRA2YUV_I420, dst=out[i, : height * 3 // 2])
+        out[i, height * 3 // 2 :] = frame[..., 3]
+    return out
+
+
 def split_frames(batches: Iterable[FrameBatch], count: int) -> tuple[Iterator[FrameBatch], Iterator[FrameBatch]]:
     """``batches`` as two iterators over the same frames: the first ``count`` frames, then the rest (a chunk's
     look-behind, then its own frames, out of one decoder). Read the first before the second; the second skips
@@ -226,7 +236,9 @@ class FrameReader:
 class FrameWriter:
     """Encode batches of BGR frames into ``output``; writes happen on a thread, ``depth`` batches behind.
 
-    With ``planes`` (even sizes only) the batches are 4:2:0 planes ``[N, H*3/2, W]``, written as they are.
+    With ``planes`` (even sizes only) the batches are 4:2:0 planes ``[N, H*3/2, W]``, written as they are. With
+    ``alpha`` they are BGRA ``[N, H, W, 4]`` (a matte beside the colour: ``background_remover.transparent``), and
+    travel as ``yuva420p`` (``bgra`` at odd sizes) to an encoder that keeps the alpha.
     """
 
     def __init__(
@@ -240,18 +252,21 @@ class FrameWriter:
         depth: int = 2,
         stall_seconds: float | None = None,
         planes: bool = False,
+        alpha: bool = False,
     ) -> None:
-        self._format = pipe_format(width, height)
+        self._format = pipe_format(width, height, alpha=alpha)
         if planes and self._format != "yuv420p":
-            raise ValueError(f"{width}x{height} frames cannot travel as 4:2:0 planes")
-        self._convert = self._format == "yuv420p" and not planes
+            raise ValueError(f"{width}x{height} frames cannot travel as 4:2:0 planes (with alpha: {alpha})")
+        self._convert = self._format in ("yuv420p", "yuva420p") and not planes
         self._stall = stall_seconds
         self._proc, self._stderr = start(
-            encode_args(output, width, height, fps, options, self._format), name="frame-writer-stderr", stdin=True
+            encode_args(output, width, height, fps, options, self._format, alpha=alpha),
+            name="frame-writer-stderr",
+            stdin=True,
         )
         self._queue: queue.Queue[FrameBatch | None] = queue.Queue(maxsize=depth)
         self._error: BaseException | None = None
-        self._shape: tuple[int, ...] = (height * 3 // 2, width) if planes else (height, width, 3)
+        self._shape: tuple[int, ...] = (height * 3 // 2, width) if planes else (height, width, 4 if alpha else 3)
         self.frames_written = 0
         self._thread = threading.Thread(target=self._drain, name="frame-writer", daemon=True)
         self._thread.start()
@@ -288,13 +303,16 @@ class FrameWriter:
         try:
             while (batch := self._queue.get()) is not None:
                 if self._error is None:
-                    raw = _to_yuv420p(batch) if self._convert else np.ascontiguousarray(batch)
+                    raw = self._converted(batch) if self._convert else np.ascontiguousarray(batch)
                     stdin.write(raw.data.cast("B"))
                     self.frames_written += len(batch)
         except BaseException as exc:
             self._error = exc
             while self._queue.get() is not None:  # keep the producer from blocking forever
                 pass
+
+    def _converted(self, batch: FrameBatch) -> FrameBatch:
+        return _to_yuva420p(batch) if self._format == "yuva420p" else _to_yuv420p(batch)
 
     def close(self) -> None:
         """Flush, wait for ffmpeg, and raise if it failed.

@@ -37,7 +37,7 @@ class Notice:
     message: str
 
 
-_collected: ContextVar[list[Notice] | None] = ContextVar("swapfarm_notices", default=None)
+_collected: ContextVar[list[Notice] | None] = ContextVar("swapfarm_degradations", default=None)
 _sticky: dict[str, Notice] = {}
 _counts: Counter[str] = Counter()
 _lock = threading.Lock()

@@ -26,10 +26,12 @@ import logging
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
+import cv2
 import numpy as np
+import numpy.typing as npt
 
 from shared.options import FaceOptions, JobOptions
-from shared.strict_blur import STRICT_HIGH, STRICT_LOW
+from shared.strict_blur import CUT_CORRELATION, STRICT_HIGH, STRICT_LOW
 from workers.faces.detection import Face, FaceDetector
 from workers.faces.selection import cosine_distance, select_faces
 from workers.faces.sweep import DetectionSweep
@@ -51,7 +53,7 @@ logger = logging.getLogger(__name__)
 
 BatchDetection = Callable[[int, int, float], list[list[Face]]]
 """The faces of frames ``start:stop`` of one batch, at a score, found where the batch's frames already are (the
-device path's frames on the device: :func:`workers.device.detection.detection_on_feed`)."""
+frames a torch back-end holds: :func:`workers.faces.device_detection.detection_on_feed`)."""
 
 BOX_ONLY = frozenset({"face_blur"})
 """Face processors that read a face's box alone, never its landmarks: a chain of them skips landmark smoothing."""
@@ -87,6 +89,24 @@ def thresholds(options: FaceOptions, *, strict: bool) -> Thresholds:
     return Thresholds(high, low, keep_doubtful=False)
 
 
+def thumbnail(frame: npt.NDArray[np.uint8]) -> npt.NDArray[np.float32]:
+    """A frame's 32×18 grey thumbnail, blurred and normalised to mean 0 and spread 1 (a flat frame: all 0)."""
+    grey = cv2.cvtColor(np.ascontiguousarray(frame), cv2.COLOR_BGR2GRAY)
+    small = cv2.resize(
+        cv2.GaussianBlur(grey, (0, 0), max(frame.shape[:2]) / 200), (32, 18), interpolation=cv2.INTER_AREA
+    )
+    values = small.astype(np.float32)
+    spread = float(values.std())
+    return np.asarray((values - values.mean()) / spread if spread > 1.0 else np.zeros_like(values), np.float32)
+
+
+def is_cut(previous: npt.NDArray[np.float32] | None, current: npt.NDArray[np.float32]) -> bool:
+    """Whether two consecutive frames' :func:`thumbnail` s are a scene cut apart (:data:`CUT_CORRELATION`)."""
+    if previous is None:
+        return False
+    return float((previous * current).mean()) < CUT_CORRELATION
+
+
 class TrackFeed:
     """Detects and tracks the faces of a chunk's decoded frames, and yields the chunk's frames as work.
 
@@ -94,13 +114,15 @@ class TrackFeed:
         detector: finds the faces (run at the tracker's low threshold).
         targeter: the job's selector mode (``None``: every face is a target).
         options: the job's face options (tracking gap, thresholds, smoothing).
-        strict: an anonymiser's thresholds (:func:`thresholds`) and detection sweep
-            (:class:`~workers.faces.sweep.DetectionSweep`: turned and enlarged passes besides the plain one).
+        strict: an anonymiser's thresholds (:func:`thresholds`), detection sweep
+            (:class:`~workers.faces.sweep.DetectionSweep`: tiles at the scale ``blur_min_face`` needs and turned
+            passes besides the plain one), tracks cut at scene cuts (:func:`is_cut`) and boxes coasted for up to
+            ``track_gap`` frames after a track's last detection.
         second: strict mode's second detector (``face.strict_second_detector``), in the sweep.
         landmarks: whether a processor reads the faces' landmarks (off: they are not smoothed, and the context
             is :data:`~workers.faces.tracking.MAX_SMOOTHING_RADIUS` frames shorter at most).
         batch_size: frames per work item handed on.
-        on_device: for a batch of the feed, its detection where its frames already are (the device path's
+        on_device: for a batch of the feed, its detection where its frames already are (the torch device's
             detector on the frames its feed holds on the device), or ``None``: ``detector`` on the host's frames.
             Not with ``strict`` (the sweep turns and enlarges the host's frames).
     """
@@ -120,7 +142,9 @@ class TrackFeed:
         self.detector, self.targeter = detector, targeter
         self.on_device = None if strict else on_device
         others = [second] if second is not None else []
-        self.finder: FaceDetector | DetectionSweep = DetectionSweep(detector, others=others) if strict else detector
+        self.finder: FaceDetector | DetectionSweep = (
+            DetectionSweep(detector, others=others, min_face=options.blur_min_face) if strict else detector
+        )
         self.limits = thresholds(options, strict=strict)
         self.options = options
         self.batch_size = batch_size
@@ -128,7 +152,9 @@ class TrackFeed:
         # their smoothing, and with it reads fewer frames each side.
         self.smoothing = options.landmark_smoothing if landmarks else 0.0
         self.context = context_frames(options.track_gap, self.smoothing)
+        self.strict = strict
         self.detected_frames = 0  # frames detected, look-behind and look-ahead included
+        self.cuts = 0  # scene cuts seen (strict mode)
         # reference mode reads the look-ahead's embeddings too, so it reads the whole look-ahead
         self._may_settle = targeter is None or targeter.mode != "reference"
         self._distances: dict[int, list[float]] = {}
@@ -148,7 +174,9 @@ class TrackFeed:
             max_gap=self.options.track_gap,
             smoothing=self.smoothing,
             keep_doubtful=self.limits.keep_doubtful,
+            coast=self.options.track_gap if self.strict else 0,
         )
+        previous: npt.NDArray[np.float32] | None = None
         waiting: dict[int, np.ndarray] = {}
         pending: list[tuple[np.ndarray, TrackedFrame]] = []
         first = 0  # the tracker's index of the chunk's first frame
@@ -171,18 +199,24 @@ class TrackFeed:
                     for frame, faces in zip(part, self._detect(part, self._on_device(batch, start, stop)), strict=True):
                         if role == "chunk" and fed - first < frames:
                             waiting[fed] = frame
+                        if self.strict:
+                            current = thumbnail(frame)
+                            if is_cut(previous, current):
+                                tracker.cut()
+                                self.cuts += 1
+                            previous = current
                         self._note(tracker.update(faces))
                         fed += 1
                         pending.extend((waiting.pop(t.index), t) for t in tracker.ready() if t.index in waiting)
                         while len(pending) >= self.batch_size:
-                            yield self._item(pending[: self.batch_size])
+                            yield self._item(pending[: self.batch_size], first)
                             del pending[: self.batch_size]
                 else:
                     continue
                 break  # settled: the rest of the look-ahead is not read
         pending.extend((waiting.pop(t.index), t) for t in tracker.flush() if t.index in waiting)
         for start in range(0, len(pending), self.batch_size):
-            yield self._item(pending[start : start + self.batch_size])
+            yield self._item(pending[start : start + self.batch_size], first)
 
     def _on_device(self, batch: FrameBatch, start: int, stop: int) -> list[list[Face]] | None:
         """The faces of ``batch[start:stop]`` found where its frames already are, or ``None``. Asked per part, so
@@ -225,7 +259,8 @@ class TrackFeed:
                 chosen.append(face)
         return chosen
 
-    def _item(self, frames: list[tuple[np.ndarray, TrackedFrame]]) -> Work:
+    def _item(self, frames: list[tuple[np.ndarray, TrackedFrame]], first: int) -> Work:
+        """A batch of the chunk's frames (``first``: the tracker's number of the chunk's first frame)."""
         batch = np.stack([frame for frame, _ in frames])
         faces = [tracked.faces for _, tracked in frames]
-        return Work(batch, faces=faces, targets=[self._targets(f) for f in faces])
+        return Work(batch, faces=faces, targets=[self._targets(f) for f in faces], first=frames[0][1].index - first)

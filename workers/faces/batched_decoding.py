@@ -1,10 +1,12 @@
-"""The detector families' decoders in torch, batched across frames: the device path's twin of
+"""The detector families' decoders in torch, batched across frames: the torch twin of
 :mod:`workers.faces.decoding` (same anchors, same arithmetic, same NMS rule), without a host round trip until the
 survivors are known.
 
 Each decoder turns the converted detector's outputs for ``B`` frames into every anchor's candidate (boxes, scores,
 landmarks, in the detector input's coordinates); :func:`survivors` keeps those at or above the score threshold and
-runs NMS on them (:func:`workers.device.suppression.suppress`) for every frame at once.
+runs NMS on them (:func:`suppress`: greedy by descending score at an IoU threshold, as ``cv2.dnn.NMSBoxes`` does on
+the host, without torchvision; the loop runs over candidate ranks, each step one tensor operation for every frame of
+the batch, with no host synchronisation) for every frame at once.
 """
 
 from __future__ import annotations
@@ -16,10 +18,9 @@ import torch
 
 from shared.errors import ModelError
 from shared.options import Detector
-from workers.device.suppression import suppress
 from workers.faces.decoding import NMS_THRESHOLD, STRIDES, named_by_stride, place_output
 
-__all__ = ["DECODERS", "Candidates", "survivors"]
+__all__ = ["DECODERS", "Candidates", "box_iou", "suppress", "survivors"]
 
 
 class Candidates(NamedTuple):
@@ -144,3 +145,37 @@ def survivors(candidates: Candidates, threshold: float) -> list[Candidates]:
         kept = keep[frame].nonzero()[:, 0]  # ranked already: survivors stay in descending score order
         found.append(Candidates(ranked_boxes[frame, kept], top[frame, kept], ranked_landmarks[frame, kept]))
     return found
+
+
+def box_iou(boxes: torch.Tensor) -> torch.Tensor:
+    """Pairwise IoU of ``[..., K, 4]`` boxes ``x1, y1, x2, y2``: ``[..., K, K]``."""
+    x1, y1, x2, y2 = boxes.unbind(-1)
+    area = (x2 - x1).clamp_min(0) * (y2 - y1).clamp_min(0)
+    width = torch.minimum(x2[..., :, None], x2[..., None, :]) - torch.maximum(x1[..., :, None], x1[..., None, :])
+    height = torch.minimum(y2[..., :, None], y2[..., None, :]) - torch.maximum(y1[..., :, None], y1[..., None, :])
+    inter = width.clamp_min(0) * height.clamp_min(0)
+    union = area[..., :, None] + area[..., None, :] - inter
+    return torch.where(union > 0, inter / union.clamp_min(1e-12), 0.0)
+
+
+def suppress(boxes: torch.Tensor, scores: torch.Tensor, score: float, iou: float) -> torch.Tensor:
+    """Which candidates survive, per frame.
+
+    Args:
+        boxes: ``[B, K, 4]`` candidates of each frame (padding rows score below ``score``).
+        scores: ``[B, K]``.
+        score: candidates scoring below it are dropped first.
+        iou: a candidate overlapping a better survivor by more than this is suppressed.
+
+    Returns:
+        bool ``[B, K]``.
+    """
+    order = scores.argsort(dim=1, descending=True, stable=True)
+    ranked = boxes.gather(1, order[..., None].expand_as(boxes))
+    keep = scores.gather(1, order) >= score
+    overlaps = box_iou(ranked) > iou
+    later = torch.ones_like(overlaps[0]).triu(1)  # [K, K]: j ranked after i
+    for rank in range(boxes.shape[1]):
+        suppressed = overlaps[:, rank] & later[rank] & keep[:, rank : rank + 1]
+        keep &= ~suppressed
+    return torch.zeros_like(keep).scatter(1, order, keep)

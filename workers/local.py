@@ -39,11 +39,15 @@ logger = logging.getLogger(__name__)
 
 
 class LocalDispatcher:
-    """Runs each sent task on a thread pool; ``countdown`` is honoured with a timer."""
+    """Runs each sent task on a thread pool; ``countdown`` is honoured with a timer. Once the run is over
+    (:meth:`shutdown`), a task still waiting for its countdown is cancelled and one sent later is dropped: the job
+    has ended (a chunk passed on to another worker after the job failed has no worker to wait for here)."""
 
     def __init__(self, workers: int) -> None:
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="swapfarm-local")
         self._futures: list[Future[None]] = []
+        self._timers: list[threading.Timer] = []
+        self._closed = False
         self._lock = threading.Lock()
         self.runtime: Runtime | None = None
         self.errors: list[BaseException] = []
@@ -57,12 +61,16 @@ class LocalDispatcher:
         countdown: float | None = None,
         priority: int | None = None,  # one job at a time: nothing to order
     ) -> None:
-        if countdown:
-            timer = threading.Timer(countdown, self.send, (task, payload), {"queue": queue})
-            timer.daemon = True
-            timer.start()
-            return
         with self._lock:
+            if self._closed:
+                logger.debug("task %s sent after the run ended: dropped", task)
+                return
+            if countdown:
+                timer = threading.Timer(countdown, self.send, (task, payload), {"queue": queue})
+                timer.daemon = True
+                self._timers.append(timer)
+                timer.start()
+                return
             self._futures.append(self._pool.submit(self._run, task, payload))
 
     def _run(self, task: str, payload: BaseModel) -> None:
@@ -75,6 +83,10 @@ class LocalDispatcher:
             self.errors.append(exc)
 
     def shutdown(self) -> None:
+        with self._lock:
+            self._closed = True
+            for timer in self._timers:
+                timer.cancel()
         self._pool.shutdown(wait=True, cancel_futures=True)
 
 
@@ -101,6 +113,7 @@ def run_local(
     settings: Settings,
     state_dir: Path | None = None,
     on_progress: ProgressCallback | None = None,
+    audio: Path | None = None,
 ) -> LocalResult:
     """Run one job to its end in this process and write its output to ``output``.
 
@@ -128,7 +141,10 @@ def run_local(
             family=detect_family(local),
         )
         try:
-            asked = Submission(Upload(target, target.name), [Upload(s, s.name) for s in sources], options)
+            asked = Submission(
+                Upload(target, target.name), [Upload(s, s.name) for s in sources], options,
+                audio=Upload(audio, audio.name) if audio is not None else None,
+            )  # fmt: skip
             job_id = submit(Farm(local, storage, dispatcher), None, asked)  # the machine's own user: no tenant
             result = _wait(local.database_url, job_id, on_progress, dispatcher)
         finally:
