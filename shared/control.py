@@ -1,13 +1,15 @@
-"""What a user (or the retention time) does to a job: cancel it, retry it, expire its files.
+"""What a user (or the retention time) does to a job: cancel it, retry it, pause and resume it, approve or
+reject its preview, expire its files; and what an admin does to the whole farm: pause and resume it.
 
 Each is one transaction of conditional UPDATEs, with its event, and with the admission it makes possible:
 a cancelled job frees a place for the tenant's next waiting job; a retried one waits for a place like a new one.
 Callers commit, then send the returned messages and delete files (Postgres first, then Redis and storage).
 
-:func:`cancel` and :func:`retry` are what a caller asks for, whichever entry point carried it (``/v1`` and the
-console): each makes every decision — the caller's right to the job (another tenant's is not found), its state,
-the retention time — then commits, sends and deletes. ``tests/api/test_one_submit_path.py`` walks the API's source
-for a route that changes a job any other way.
+:func:`cancel`, :func:`retry`, :func:`pause`, :func:`resume`, :func:`approve` and :func:`reject` (the last four
+and the farm's pause in ``shared.pausing``, offered here) are what a caller asks for, whichever entry point carried
+it (``/v1``, the console, the CLI through ``/v1``): each makes every decision — the caller's right to the job
+(another tenant's is not found), its state, the retention time — then commits, sends and deletes.
+``tests/api/test_one_submit_path.py`` walks the API's source for a route that changes a job any other way.
 """
 
 from __future__ import annotations
@@ -24,17 +26,41 @@ from shared.events import EventKind, record
 from shared.farm import Farm
 from shared.lifecycle import Note, Outcome, admit, end_job, lock_owner, transition
 from shared.models import Chunk, Job, utcnow
+from shared.pausing import (
+    approve,
+    approve_job,
+    expire_previews,
+    farm_paused,
+    pause,
+    pause_farm,
+    pause_job,
+    reject,
+    resume,
+    resume_farm,
+    resume_job,
+)
 from shared.states import FINISHED_JOB_STATES, ChunkStatus, JobStatus
 from shared.tenants import Principal, owned_job
 
 __all__ = [
     "Outcome",
+    "approve",
+    "approve_job",
     "cancel",
     "cancel_job",
     "expire_due",
     "forget_chunks",
     "leftover_chunks",
+    "expire_previews",
+    "farm_paused",
     "mark_expired",
+    "pause",
+    "pause_farm",
+    "pause_job",
+    "reject",
+    "resume",
+    "resume_farm",
+    "resume_job",
     "retry",
     "retry_job",
 ]

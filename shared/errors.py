@@ -10,12 +10,15 @@
     │   │   └── NoFramesError         media_no_frames: the video holds no frame
     │   ├── InvalidOptionsError       options_invalid: options JSON fails validation
     │   │   ├── TrimOutOfRangeError   trim_out_of_range: a trim range outside the video's frames
+    │   │   ├── LicenceDisabledError  model_licence_disabled: a model the job needs is under a licence the
+    │   │   │                         operator disabled (at submission, or at load on a worker; never retried)
     │   │   └── TrimUnsupportedError  trim_unsupported: a range past frame 0 of a video whose frames carry no times
     │   ├── SourceImageError          source_invalid: a source is not a readable image
     │   ├── NoFaceInSourceError       source_no_face: no face found in a source image
     │   ├── RequestInvalidError       request_invalid: the request itself is malformed (form, query, header)
     │   │   ├── FormInvalidError (400) form_invalid: a console form that is not one (too many fields …)
     │   │   ├── TooManySourcesError   too_many_sources: more source images than a job takes
+    │   │   ├── GroupTooLargeError    group_too_large: more members than a group takes
     │   │   └── TenantNameError       tenant_name_invalid: a tenant name outside the allowed characters
     │   ├── MediaLimitError           media_limit_exceeded: over a limit; its subclasses say which
     │   │   ├── MediaTooLongError     media_too_long
@@ -27,6 +30,7 @@
     │   ├── InputUrlError             input_url_invalid: a malformed referenced input
     │   │   ├── InputForbiddenError   input_url_forbidden: outside the prefixes the operator allows
     │   │   └── InputMissingError     input_missing: nothing readable there
+    │   ├── GroupMemberRefusedError   group_member_refused: a member of a group failed intake (named)
     │   ├── MediaFormatError          media_format_refused: not a container the farm reads (playlists, scripts)
     │   ├── ContentRefusedError       content_refused: the operator's content policy refuses the target video
     │   ├── TooLargeError (413)       upload_too_large: over a size limit
@@ -43,6 +47,7 @@
     │   ├── WorkerNameTakenError      worker_name_taken: a worker started under the name of a live one
     │   ├── NotCancellableError       job_not_cancellable: the job has ended
     │   ├── NotRetryableError         job_not_retryable: only a failed job is retried
+    │   ├── NotQuarantinedError       worker_not_quarantined: releasing a worker that is not quarantined
     │   └── OutputNotReadyError       output_not_ready: the job has no output yet
     ├── GoneError (410)               output_expired: the job's files were deleted after the retention time
     │   └── JobExpiredError           job_expired: the same, for a retry
@@ -56,13 +61,18 @@
     │   ├── ProcessorError            processor_failed: a processor raised on the frames
     │   │   └── OutOfMemoryError      out_of_memory: a single item does not fit the device
     │   ├── ModelError                model_unavailable: a model file is missing
-    │   │   └── ModelHashError        model_hash_mismatch: a model file is not the one the registry names
+    │   │   ├── ModelHashError        model_hash_mismatch: a model file is not the one the registry names
+    │   │   └── ModelInvalidError     model_invalid: a model file lacks the inputs or outputs its kind has
     │   ├── FfmpegError               ffmpeg_failed: ffmpeg exited non-zero (stderr kept)
     │   │   ├── FfmpegMissingError    ffmpeg_missing: ffmpeg or ffprobe is not installed
     │   │   ├── TruncatedMediaError   media_truncated: decoding ended before the frames the file declares
     │   │   └── ChunkStalledError     chunk_stalled: ffmpeg stopped producing frames
     │   ├── StitchMismatchError       stitch_mismatch: the stitched output lacks or adds frames
-    │   └── WorkerLostError           worker_lost: a step's worker stopped heartbeating too many times
+    │   ├── WorkerLostError           worker_lost: a step's worker stopped heartbeating too many times
+    │   ├── TooManyFailedChunksError  too_many_failed_chunks: the job's max_failed_chunks attempts failed
+    │   ├── WorkerBlocklistedError    worker_blocklisted: a worker takes no more chunks of the job (event)
+    │   ├── WorkerQuarantinedError    worker_quarantined: a worker takes no work until released (event)
+    │   └── NoWorkerWithTagsError     no_worker_with_tags: no live worker has the job's required tags (waits)
     ├── RetryableError (503)          retryable_error: a transient failure; tasks retry it with back-off
     │   ├── ServiceUnavailableError   service_unavailable: database or broker unreachable
     │   └── LeaseLostError            lease_lost: another worker took the chunk over (never retried: the owner
@@ -142,6 +152,12 @@ class TrimOutOfRangeError(InvalidOptionsError):
     code = "trim_out_of_range"
 
 
+class LicenceDisabledError(InvalidOptionsError):
+    """The job needs a model under a licence the operator disabled (``disabled_licences``; ``shared.licences``)."""
+
+    code = "model_licence_disabled"
+
+
 class TrimUnsupportedError(InvalidOptionsError):
     code = "trim_unsupported"
 
@@ -161,6 +177,10 @@ class TooLargeError(InputError):
 
 class SourceTooLargeError(TooLargeError):
     code = "source_too_large"
+
+
+class AudioTooLargeError(TooLargeError):
+    code = "audio_too_large"
 
 
 class RequestTooLargeError(TooLargeError):
@@ -184,6 +204,12 @@ class TenantNameError(RequestInvalidError):
     code = "tenant_name_invalid"
 
 
+class UnreadableAudioError(InputError):
+    """The source audio is not a readable audio file: no audio stream, a video, a text file, nonsense metadata."""
+
+    code = "audio_unreadable"
+
+
 class MediaLimitError(InputError):
     """The target is over a farm limit; ``code`` says which (``media_too_long``, ``resolution_too_large`` …)."""
 
@@ -192,6 +218,10 @@ class MediaLimitError(InputError):
 
 class MediaTooLongError(MediaLimitError):
     code = "media_too_long"
+
+
+class AudioTooLongError(MediaLimitError):
+    code = "audio_too_long"
 
 
 class ResolutionError(MediaLimitError):
@@ -295,6 +325,40 @@ class NotRetryableError(ConflictError):
     code = "job_not_retryable"
 
 
+class NotQuarantinedError(ConflictError):
+    code = "worker_not_quarantined"
+
+
+class GroupTooLargeError(RequestInvalidError):
+    code = "group_too_large"
+
+
+class GroupMemberRefusedError(InputError):
+    """A member of a group submission failed intake: the whole submission is refused, naming the member."""
+
+    code = "group_member_refused"
+
+
+class NotPausableError(ConflictError):
+    code = "job_not_pausable"
+
+
+class NotResumableError(ConflictError):
+    code = "job_not_resumable"
+
+
+class NotAwaitingApprovalError(ConflictError):
+    code = "job_not_awaiting_approval"
+
+
+class PreviewExpiredError(ConflictError):
+    code = "preview_expired"  # a cancelled job's event: its preview was not approved in time
+
+
+class StillsNotReadyError(ConflictError):
+    code = "stills_not_ready"
+
+
 class OutputNotReadyError(ConflictError):
     code = "output_not_ready"
 
@@ -360,6 +424,10 @@ class ModelHashError(ModelError):
     code = "model_hash_mismatch"
 
 
+class ModelInvalidError(ModelError):
+    code = "model_invalid"
+
+
 class FfmpegError(PermanentError):
     code = "ffmpeg_failed"
 
@@ -389,6 +457,30 @@ class WorkerLostError(PermanentError):
     """A step's worker stopped heartbeating (killed, frozen, cut off) more often than the attempt limit."""
 
     code = "worker_lost"
+
+
+class TooManyFailedChunksError(PermanentError):
+    """The job's ``max_failed_chunks`` attempts failed (not for its input): it fails early, not burning retries."""
+
+    code = "too_many_failed_chunks"
+
+
+class WorkerBlocklistedError(PermanentError):
+    """A worker failed ``blocklist_after`` chunks of one job: it takes no more of that job (an event's code)."""
+
+    code = "worker_blocklisted"
+
+
+class WorkerQuarantinedError(PermanentError):
+    """A worker failed chunks of several jobs within the window: it takes no work until released."""
+
+    code = "worker_quarantined"
+
+
+class NoWorkerWithTagsError(PermanentError):
+    """No live worker has every tag the job requires: it waits (an event's code and the job's ``wait_reason``)."""
+
+    code = "no_worker_with_tags"
 
 
 class RetryableError(SwapfarmError):

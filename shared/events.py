@@ -34,18 +34,29 @@ class EventKind(StrEnum):
     CANCELLED = "cancelled"
     RETRIED = "retried"  # the user asked to run a failed job again
     EXPIRED = "expired"  # the job's files were deleted after the retention time
+    # Controls (``shared.control``)
+    PAUSED = "paused"  # no new chunk starts; running ones finish (or, paused ``now``, are stopped and re-queued)
+    RESUMED = "resumed"  # back to waiting for admission, then to the step it was paused in
+    AWAITING_APPROVAL = "awaiting_approval"  # the preview's frames and stills are ready; approve or reject
+    APPROVED = "approved"  # the preview was approved: the rest of the frames render
     # Webhooks (``shared.webhooks``): one event per delivery attempt
     WEBHOOK_DELIVERED = "webhook_delivered"  # the receiver answered 2xx
     WEBHOOK_FAILED = "webhook_failed"  # an attempt failed; tried again later
     WEBHOOK_ABANDONED = "webhook_abandoned"  # an attempt failed and the retry time is over: no more attempts
     FACES = "faces"  # what a face processor did in a chunk: face-frames hidden, how many tracks filled in
     STILLS_FAILED = "stills_failed"  # the before/after stills could not be made (the output is unaffected)
+    AUDIO_FITTED = "audio_fitted"  # lip_syncer: the source audio was cut or padded to the video's length
     # -- recovery: what the reaper and the senders saw of the broker ----------------------------------------------
     BROKER_UNREACHABLE = "broker_unreachable"  # the broker did not answer; the job's queued work waits for it
     RESENT = "resent"  # the broker no longer held the job's messages (lost, or never sent): sent again
     # Something made the job worse without failing it (``error_code`` says what): a frame timing that could not be
     # kept, a GPU that fell back to the CPU, a source image with several faces … Recorded once per job and code.
     WARNING = "warning"
+    # Workers kept out and jobs routed by tags (``shared.worker_health``): ``worker`` names the worker
+    WORKER_BLOCKLISTED = "worker_blocklisted"  # it failed too many chunks of this job: it takes no more of them
+    WORKER_QUARANTINED = "worker_quarantined"  # its failure here quarantined it: it takes no work until released
+    GROUP_FINISHED = "group_finished"  # a job group's last member ended (logged under the group's id)
+    WAITING_FOR_WORKER = "waiting_for_worker"  # no live worker can take the job (``no_worker_with_tags``)
 
 
 # A job whose latest event of these is a recovery one (and not yet a step that started since) is recovering: its

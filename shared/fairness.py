@@ -27,23 +27,28 @@ the chunks of the jobs admitted. Plans and stitches are short and stay first com
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from sqlalchemy import Integer, case, cast, func, select, update
 from sqlalchemy.orm import Session
 
-from shared import jobs
+from shared import jobs, worker_health
 from shared.models import Chunk, Job, Tenant, utcnow
+from shared.settings import Settings
 from shared.states import ChunkStatus, JobStatus
 from shared.tasks import ADMIN_PRIORITY, RENDER_CHUNK, Message, message
 
-__all__ = ["CANDIDATES", "claim_next", "fair_order", "mark_served", "still_queued"]
+__all__ = ["CANDIDATES", "Taker", "claim_next", "fair_order", "mark_served", "still_queued"]
 
 CANDIDATES = 8  # chunks tried in fair order (one locked at a time) before falling back to the message's own
 
 
-def fair_order(session: Session, family: str, limit: int = 1, skip: Sequence[str] = ()) -> list[str]:
-    """The ids of up to ``limit`` queued chunks of rendering jobs of ``family`` (but ``skip``), fairest first,
-    row-locked — skipping rows another transaction has locked, so keep ``limit`` to what will be claimed."""
+def fair_order(
+    session: Session, family: str, limit: int = 1, skip: Sequence[str] = (), skip_jobs: Sequence[str] = ()
+) -> list[str]:
+    """The ids of up to ``limit`` queued chunks of rendering jobs of ``family`` (but ``skip``, and the chunks of
+    ``skip_jobs``), fairest first, row-locked — skipping rows another transaction has locked, so keep ``limit`` to
+    what will be claimed."""
     running = (
         select(Job.tenant_id.label("tenant_id"), func.count().label("running"))
         .select_from(Chunk)
@@ -60,6 +65,7 @@ def fair_order(session: Session, family: str, limit: int = 1, skip: Sequence[str
         .outerjoin(running, running.c.tenant_id == Job.tenant_id)
         .where(Chunk.status == ChunkStatus.QUEUED, Job.status == JobStatus.RENDERING, Job.family == family)
         .where(Chunk.id.not_in(skip) if skip else Chunk.id.is_not(None))
+        .where(Job.id.not_in(skip_jobs) if skip_jobs else Job.id.is_not(None))
         .order_by(
             urgent,
             cast(func.coalesce(running.c.running, 0), Integer),
@@ -75,27 +81,62 @@ def fair_order(session: Session, family: str, limit: int = 1, skip: Sequence[str
     return list(session.scalars(query).all())
 
 
+@dataclass(frozen=True)
+class Taker:
+    """The worker claiming, as the rules of ``shared.worker_health`` see it; ``None`` settings: no rules (a test's
+    or ``swapfarm run``'s single process)."""
+
+    worker: str
+    family: str
+    tags: str = ""
+    settings: Settings | None = None
+
+
 def claim_next(
-    session: Session, chunk_id: str, *, worker: str, family: str, lease_seconds: float
+    session: Session, chunk_id: str, *, worker: str, family: str, lease_seconds: float, taker: Taker | None = None
 ) -> jobs.ChunkClaim | None:
-    """Claim the fairest queued chunk of the family of ``chunk_id``'s job (the token's queue); when none can be
-    claimed, ``chunk_id`` itself (whose lease may have expired). ``None`` when there is nothing to render.
+    """Claim the fairest queued chunk of the family of ``chunk_id``'s job (the token's queue) that the worker may
+    take (``shared.worker_health``: not quarantined, not blocklisted for the job, its tags fitting, and a chunk
+    that failed on it left to another live worker that could take it); when none can be claimed, ``chunk_id``
+    itself (whose lease may have expired) on the same terms. ``None`` when there is nothing to render.
 
     The caller commits, then marks the tenant served (:func:`mark_served`).
     """
     hint = session.execute(select(Job.family).join(Chunk, Chunk.job_id == Job.id).where(Chunk.id == chunk_id)).first()
     if hint is None:
         return None
+    rules = taker.settings if taker is not None else None
+    refused: set[str] = set()
+    if taker is not None and rules is not None:
+        if worker_health.quarantined(session, worker):
+            return None
+        rendering = session.scalars(
+            select(Job.id).where(Job.status == JobStatus.RENDERING, Job.family == hint[0])
+        ).all()
+        refused = worker_health.untakeable_jobs(session, rules, worker=worker, tags=taker.tags, job_ids=rendering)
+
+    def leave_to_others(candidate: str) -> bool:  # soft fail: it failed here, and another worker could take it
+        if rules is None:
+            return False
+        row = session.execute(select(Chunk.job_id, Chunk.worker, Chunk.attempts).where(Chunk.id == candidate)).one()
+        return row[1] == worker and row[2] > 0 and worker_health.others_can_take(session, rules, row[0], worker)
+
     claim = None
     tried: list[str] = []
     while claim is None and len(tried) < CANDIDATES:
-        fairest = fair_order(session, hint[0], skip=tried)
+        fairest = fair_order(session, hint[0], skip=tried, skip_jobs=sorted(refused))
         if not fairest:
             break
         tried += fairest
+        if leave_to_others(fairest[0]):
+            continue
         claim = jobs.claim_chunk(session, fairest[0], worker=worker, family=family, lease_seconds=lease_seconds)
-    if claim is None:
-        claim = jobs.claim_chunk(session, chunk_id, worker=worker, family=family, lease_seconds=lease_seconds)
+    if claim is None and chunk_id not in tried:
+        named_job = session.scalar(select(Chunk.job_id).where(Chunk.id == chunk_id))
+        if named_job not in refused and not leave_to_others(chunk_id):
+            claim = jobs.claim_chunk(session, chunk_id, worker=worker, family=family, lease_seconds=lease_seconds)
+    if claim is not None and rules is not None:
+        worker_health.clear_wait(session, claim.job_id)
     return claim
 
 

@@ -25,21 +25,23 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import and_, func, select, update
 from sqlalchemy.orm import Session
 
 from shared.errors import InputError, LeaseLostError, SwapfarmError, public_message
 from shared.events import EventKind, record
 from shared.lifecycle import Note, Outcome, end_job, fail_job, lock_owner, transition
-from shared.models import Chunk, Job, utcnow
+from shared.models import Chunk, Job, farm_paused_clause, utcnow
 from shared.options import JobOptions
+from shared.settings import Settings
 from shared.states import ChunkStatus, JobStatus
 from shared.tasks import DEFAULT_PRIORITY, Message
+from shared.worker_health import Health, join_tags, record_failure
 
 __all__ = [
-    "ChunkClaim", "ChunkPlan", "FailOutcome", "Outcome", "begin_plan", "begin_stitch", "chunk_outputs", "claim_chunk",
-    "create_job", "extend_job_lease", "fail_chunk", "fail_job", "finish_chunk", "finish_job", "get_job",
-    "heartbeat", "lock_job", "record_plan",
+    "ChunkClaim", "ChunkPlan", "FailOutcome", "Outcome", "begin_plan", "begin_stitch",
+    "chunk_outputs", "claim_chunk", "create_job", "extend_job_lease", "fail_chunk", "fail_job", "finish_chunk",
+    "finish_job", "get_job", "heartbeat", "lock_job", "record_plan",
 ]  # fmt: skip
 
 
@@ -66,6 +68,9 @@ def create_job(
     request_hash: str | None = None,
     callback_url: str | None = None,
     stored_bytes: int = 0,
+    group_id: str | None = None,
+    audio_url: str | None = None,
+    audio_media: dict[str, Any] | None = None,
 ) -> Job:
     """Insert a job: ``queued`` when it has no tenant, else ``waiting`` for admission (``shared.admission``).
 
@@ -73,6 +78,8 @@ def create_job(
         sqlalchemy.exc.IntegrityError: the tenant already has a job with this idempotency key (at flush).
     """
     status = JobStatus.QUEUED if tenant_id is None else JobStatus.WAITING
+    if options.start_paused:  # it waits for ``resume`` (``shared.control``), then for admission
+        status = JobStatus.PAUSED
     job = Job(
         id=job_id,
         status=status,
@@ -89,6 +96,10 @@ def create_job(
         enqueued_at=utcnow(),
         callback_url=callback_url,
         stored_bytes=stored_bytes,
+        required_tags=join_tags(options.required_tags),
+        group_id=group_id,
+        audio_url=audio_url,
+        audio_media=audio_media,
     )
     session.add(job)
     session.flush()
@@ -131,6 +142,7 @@ class ChunkPlan:
     seek_seconds: float
     lead_frames: int = 0  # frames decoded before frame_start (a look-behind), from lead_seek_seconds
     lead_seek_seconds: float | None = None
+    preview: bool = False  # a preview frame's chunk (``workers.previews``)
 
 
 def record_plan(
@@ -143,6 +155,8 @@ def record_plan(
 ) -> list[str]:
     """Insert the chunk rows and move the job to ``rendering``; returns the chunk ids to enqueue.
 
+    A plan with preview chunks renders those first: the others are ``held`` until the preview is approved.
+
     Raises:
         LeaseLostError: the planner's lease was taken over (it ran past its lease).
     """
@@ -150,6 +164,7 @@ def record_plan(
     if job is None or job.lease_token != token or job.status != JobStatus.PLANNING:
         raise LeaseLostError(f"job {job_id}: planning lease lost")
     now = utcnow()
+    previewed = any(c.preview for c in chunks)
     rows = [
         Chunk(
             job_id=job_id,
@@ -159,7 +174,8 @@ def record_plan(
             seek_seconds=c.seek_seconds,
             lead_frames=c.lead_frames,
             lead_seek_seconds=c.lead_seek_seconds,
-            status=ChunkStatus.QUEUED,
+            preview=c.preview,
+            status=ChunkStatus.QUEUED if c.preview or not previewed else ChunkStatus.HELD,
             enqueued_at=now,
         )
         for c in chunks
@@ -175,7 +191,7 @@ def record_plan(
         },
         note=Note(EventKind.PLANNED, message=f"{frames_total} frames in {len(rows)} chunks"),
     )  # fmt: skip
-    return [r.id for r in rows]
+    return [r.id for r in rows if r.status == ChunkStatus.QUEUED]
 
 
 # -- render -----------------------------------------------------------------------------------------------
@@ -201,7 +217,10 @@ def claim_chunk(
 ) -> ChunkClaim | None:
     """Take the chunk's lease; ``None`` if it is done, held by a live lease, or its job is not rendering."""
     now, token = utcnow(), _token()
-    rendering = select(Job.id).where(Job.id == Chunk.job_id, Job.status == JobStatus.RENDERING).exists()
+    job_rendering = select(Job.id).where(Job.id == Chunk.job_id, Job.status == JobStatus.RENDERING).exists()
+    rendering = and_(
+        job_rendering, ~farm_paused_clause()
+    )  # a paused farm starts no chunk (``shared.control.pause_farm``)
     moved = transition(
         session, Chunk, ChunkStatus.RUNNING, expected=(ChunkStatus.QUEUED, ChunkStatus.RUNNING),
         where=[Chunk.id == chunk_id, (Chunk.status == ChunkStatus.QUEUED) | (Chunk.lease_expires_at < now), rendering],
@@ -232,8 +251,9 @@ def heartbeat(session: Session, claim: ChunkClaim, frames_done: int, lease_secon
     return done is not None
 
 
-def finish_chunk(session: Session, claim: ChunkClaim, output_url: str, seconds: float) -> bool:
+def finish_chunk(session: Session, claim: ChunkClaim, output_url: str, seconds: float, *, detail: str = "") -> bool:
     """Mark the chunk done; returns ``True`` for exactly one caller: the one that finished the last chunk.
+    ``detail``: what the ``chunk_done`` event adds to the frames and seconds (how the frames were rendered).
 
     Raises:
         LeaseLostError: the chunk was taken over or cancelled while this worker rendered it.
@@ -249,7 +269,10 @@ def finish_chunk(session: Session, claim: ChunkClaim, output_url: str, seconds: 
             # An earlier attempt's error is history once the chunk is done: the job's events keep it.
             "error_code": None, "error_message": None,
         },
-        note=Note(EventKind.CHUNK_DONE, attempt=claim.attempt, message=f"{frames} frames in {seconds:.1f}s"),
+        note=Note(
+            EventKind.CHUNK_DONE, attempt=claim.attempt,
+            message=f"{frames} frames in {seconds:.1f}s" + (f"; {detail}" if detail else ""),
+        ),
     )  # fmt: skip
     if not done or job is None:
         raise LeaseLostError(f"chunk {claim.chunk_id}: lease lost before it was marked done")
@@ -274,20 +297,30 @@ class FailOutcome:
     retry: bool
     job_failed: bool
     messages: list[Message] = field(default_factory=list)  # the admissions the failed job made possible
+    health: Health = field(default_factory=Health)  # what the failure did to the worker
 
 
 def fail_chunk(
-    session: Session, claim: ChunkClaim, error: SwapfarmError, max_attempts: int, *, default_limit: int
+    session: Session,
+    claim: ChunkClaim,
+    error: SwapfarmError,
+    max_attempts: int,
+    *,
+    default_limit: int,
+    settings: Settings | None = None,
 ) -> FailOutcome:
-    """Record a failed attempt: back to ``queued`` below the limit, else the chunk and its job fail."""
+    """Record a failed attempt: back to ``queued`` below the limit, else the chunk and its job fail. With
+    ``settings``, it counts against the worker and the job's ``max_failed_chunks`` (``shared.worker_health``)."""
     lock_owner(session, claim.job_id)  # the tenant before the chunk: failing the job admits the next
     # then the job, then the chunk: the order of finish_chunk and the reaper (``shared.lifecycle``), so that failing
     # the job below never waits on a transaction that holds the job and waits for this chunk
-    lock_job(session, claim.job_id)
+    job = lock_job(session, claim.job_id)
     chunk = session.get(Chunk, claim.chunk_id, with_for_update=True)
     if chunk is None or chunk.lease_token != claim.token or chunk.status != ChunkStatus.RUNNING:
         return FailOutcome(retry=False, job_failed=False)
-    final = isinstance(error, InputError) or chunk.attempts - chunk.attempts_at_retry >= max_attempts
+    health = record_failure(session, settings, chunk, job, error) if settings is not None else Health()
+    too_many = health.too_many is not None
+    final = isinstance(error, InputError) or too_many or chunk.attempts - chunk.attempts_at_retry >= max_attempts
     transition(
         session, Chunk, ChunkStatus.FAILED if final else ChunkStatus.QUEUED, expected=(ChunkStatus.RUNNING,),
         where=[Chunk.id == claim.chunk_id, Chunk.lease_token == claim.token],
@@ -301,9 +334,9 @@ def fail_chunk(
         ),
     )  # fmt: skip
     if not final:
-        return FailOutcome(retry=True, job_failed=False)
-    failed = fail_job(session, claim.job_id, error, default_limit=default_limit)
-    return FailOutcome(retry=False, job_failed=failed.changed, messages=failed.messages)
+        return FailOutcome(retry=True, job_failed=False, health=health)
+    failed = fail_job(session, claim.job_id, health.too_many or error, default_limit=default_limit)
+    return FailOutcome(retry=False, job_failed=failed.changed, messages=failed.messages, health=health)
 
 
 # -- stitch -----------------------------------------------------------------------------------------------

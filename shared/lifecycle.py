@@ -22,13 +22,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import ColumnElement, select, update
+from sqlalchemy import ColumnElement, func, select, update
 from sqlalchemy.orm import Session
 
 from shared import webhooks
 from shared.admission import admissible, lock_tenant, waiting_tenants
 from shared.errors import SwapfarmError, public_message
 from shared.events import EventKind, record
+from shared.group_end import member_ended
 from shared.models import Chunk, Job, utcnow
 from shared.states import CHUNK_TRANSITIONS, FINISHED_JOB_STATES, JOB_TRANSITIONS, ChunkStatus, JobStatus
 from shared.tasks import PLAN, RENDER_CHUNK, STITCH, Message, message
@@ -150,6 +151,7 @@ def end_job(
         no_lease = {"lease_token": None, "lease_expires_at": None}
         transition(session, Chunk, ChunkStatus.CANCELLED, where=[Chunk.job_id == job_id], values=no_lease)
     webhooks.enqueue(session, job_id, to)
+    member_ended(session, job_id)  # its group's end, when it was the last member to end
     return Outcome(changed=True, messages=admit(session, tenant_id, default_limit))
 
 
@@ -194,9 +196,18 @@ def _start(session: Session, job: Job) -> list[Message]:
         ).all()
         messages = [message(RENDER_CHUNK, job.id, chunk_id=c, family=family, priority=priority) for c in pending]
         target = JobStatus.RENDERING
-        if not messages:  # every chunk is done: it failed while stitching
+        unfinished = session.scalar(
+            select(func.count()).select_from(Chunk)
+            .where(Chunk.job_id == job.id, Chunk.status.in_((ChunkStatus.RUNNING, ChunkStatus.HELD)))
+        )  # fmt: skip
+        if not messages and not unfinished:  # every chunk is done: it failed (or was paused) while stitching
             target, messages = JobStatus.STITCHING, [message(STITCH, job.id, family=family, priority=priority)]
-    values = {"attempts": 0, "enqueued_at": utcnow(), "lease_token": None, "lease_expires_at": None}
+        # A job whose chunks are all held here had its preview's last chunk finish a moment ago: it renders
+        # nothing, and the worker that finished that chunk moves it on next (``shared.previewing``, the one way
+        # into ``awaiting_approval``, with its deadline, event and webhook).
+    values: dict[str, Any] = {
+        "attempts": 0, "enqueued_at": utcnow(), "lease_token": None, "lease_expires_at": None, "approval_due_at": None,
+    }  # fmt: skip
     moved = transition(
         session, Job, target, where=[Job.id == job.id], expected=(JobStatus.WAITING,), values=values,
         note=Note(EventKind.ADMITTED),

@@ -3,7 +3,7 @@
 A target is checked against the duration, frame size and frame count limits; what the job will write is checked
 against the same frame size and frame count limits, and its pixels in all (frames x width x height) against
 ``max_output_pixels``: ``output_fps`` multiplies the frames, ``output_height`` and the frame enhancer's scale the
-frame size (``shared.framing.job_output``). Both are checked twice: at submission from the header ffprobe reads
+frame size (``shared.output_frames.job_output``). Both are checked twice: at submission from the header ffprobe reads
 (:meth:`MediaLimits.check_submitted`), and at planning from what the file holds, the frames counted one by one
 (:meth:`MediaLimits.check_output` with the planner's count) — a header may lie, or not say.
 """
@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from shared.errors import MediaTooLongError, ResolutionError, TooManyFramesError
-from shared.framing import JobOutput, job_output
 from shared.media import MediaInfo
 from shared.options import JobOptions
+from shared.output_frames import JobOutput, job_output
 from shared.settings import Settings
 
-__all__ = ["MediaLimits"]
+__all__ = ["MediaLimits", "submitted_frames"]
 
 
 @dataclass(frozen=True)
@@ -62,10 +62,7 @@ class MediaLimits:
     def check_submitted(self, media: MediaInfo, options: JobOptions) -> JobOutput:
         """What a job of this target will write, judged from the header (its frame count, or its duration times
         its rate where it declares none), and checked (:meth:`check_output`)."""
-        total = _header_frames(media)
-        start = min(options.trim_start_frame or 0, total)
-        end = total if options.trim_end_frame is None else min(options.trim_end_frame, total)
-        frames = max(0, end - start)
+        frames = submitted_frames(media, options)
         seconds = Fraction(frames) / Fraction(media.fps) if media.fps_value > 0 else media.duration
         return self.check_output(media.width, media.height, options, frames=frames, seconds=seconds)
 
@@ -73,7 +70,7 @@ class MediaLimits:
         self, width: int, height: int, options: JobOptions, *, frames: int, seconds: Fraction | float
     ) -> JobOutput:
         """What a job writes from ``frames`` rendered frames (after the trim) lasting ``seconds`` of a ``width`` x
-        ``height`` target (``shared.framing.job_output``), refused past a limit.
+        ``height`` target (``shared.output_frames.job_output``), refused past a limit.
 
         Raises:
             MediaLimitError: ``too_many_frames`` (more output frames than ``max_frames``) or
@@ -97,6 +94,21 @@ class MediaLimits:
                 f"the limit is {self.max_output_pixels} pixels a job"
             )
         return out
+
+
+def submitted_frames(media: MediaInfo, options: JobOptions) -> int:
+    """The frames a job renders (its range, after the trim), judged from the target's header before the planner
+    counts them.
+
+    >>> from shared.media import MediaInfo
+    >>> clip = MediaInfo(64, 64, "25/1", 4.0, None, "h264", "yuv420p", 0, 0.0, False, None, "mp4")
+    >>> submitted_frames(clip, JobOptions(trim_start_frame=10)), submitted_frames(clip, JobOptions(trim_end_frame=500))
+    (90, 100)
+    """
+    total = _header_frames(media)
+    start = min(options.trim_start_frame or 0, total)
+    end = total if options.trim_end_frame is None else min(options.trim_end_frame, total)
+    return max(0, end - start)
 
 
 def _header_frames(media: MediaInfo) -> int:

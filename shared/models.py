@@ -21,8 +21,10 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    select,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.sql.expression import Exists
 from sqlalchemy.types import TypeDecorator
 
 from shared.states import ChunkStatus, JobStatus
@@ -110,10 +112,14 @@ class Job(Base):
     expired_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)  # files deleted by the reaper
     # Bytes of the job's inputs and output in storage, counted against the tenant's quota until they expire
     stored_bytes: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
-    status: Mapped[str] = mapped_column(String(16), default=JobStatus.QUEUED, index=True)
+    status: Mapped[str] = mapped_column(String(32), default=JobStatus.QUEUED, index=True)
     options: Mapped[dict[str, Any]] = mapped_column(JSON)
     target_url: Mapped[str] = mapped_column(Text)
     source_urls: Mapped[list[str]] = mapped_column(JSON, default=list)
+    # lip_syncer: the source audio, what its probe found, and the SHA-256 of the mel spectrogram planned from it
+    audio_url: Mapped[str | None] = mapped_column(Text, default=None)
+    audio_media: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
+    mel_sha256: Mapped[str | None] = mapped_column(String(64), default=None)
     target_name: Mapped[str] = mapped_column(Text, default="")
     output_url: Mapped[str | None] = mapped_column(Text, default=None)
     family: Mapped[str] = mapped_column(String(16), default="any")
@@ -133,6 +139,14 @@ class Job(Base):
     enqueued_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
     # Where the job's end is announced (``shared.webhooks``); checked against SSRF when the job is submitted
     callback_url: Mapped[str | None] = mapped_column(Text, default=None)
+    # The tags a worker must have to render it (``options.required_tags``, sorted, comma-joined; "" for none)
+    required_tags: Mapped[str] = mapped_column(Text, default="", server_default="")
+    # Why a job that could run waits (``no_worker_with_tags``), shown with its status; cleared when it runs
+    wait_reason: Mapped[str | None] = mapped_column(String(64), default=None)
+    # The group a batch submission made it in (``shared.groups``)
+    group_id: Mapped[str | None] = mapped_column(String(32), default=None, index=True)
+    # A preview awaiting approval is cancelled, its files deleted, past this time (``shared.control``)
+    approval_due_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
 
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, index=True)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
@@ -158,6 +172,8 @@ class Chunk(Base):
     # same decoder, from ``lead_seek_seconds``: seek positions from the planner's frame index, exact on any video
     lead_frames: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     lead_seek_seconds: Mapped[float | None] = mapped_column(Float, default=None)
+    # One of a previewed job's preview frames (a chunk of its own, rendered first; never rendered again)
+    preview: Mapped[bool] = mapped_column(Boolean, default=False, server_default="false")
 
     status: Mapped[str] = mapped_column(String(16), default=ChunkStatus.QUEUED, index=True)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
@@ -199,7 +215,7 @@ class JobEvent(Base):
     job_id: Mapped[str] = mapped_column(String(32), index=True)
     at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     kind: Mapped[str] = mapped_column(String(32))
-    status: Mapped[str | None] = mapped_column(String(16), default=None)  # the job's state after the event
+    status: Mapped[str | None] = mapped_column(String(32), default=None)  # the job's state after the event
     chunk_index: Mapped[int | None] = mapped_column(Integer, default=None)
     attempt: Mapped[int | None] = mapped_column(Integer, default=None)
     worker: Mapped[str | None] = mapped_column(String(255), default=None)
@@ -252,6 +268,20 @@ class UiSession(Base):
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
 
+class FarmControl(Base):
+    """The farm's own switches, one row (``id`` 1): while ``paused_at`` is set no worker starts a new chunk."""
+
+    __tablename__ = "farm_controls"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    paused_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+
+
+def farm_paused_clause() -> Exists:
+    """True while the farm is paused: a condition for the queries that start chunks or send them again."""
+    return select(FarmControl.id).where(FarmControl.id == 1, FarmControl.paused_at.is_not(None)).exists()
+
+
 class WorkerPresence(Base):
     """A worker process as it last announced itself (every heartbeat while it runs, idle or not)."""
 
@@ -265,3 +295,42 @@ class WorkerPresence(Base):
     started_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     last_seen_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, index=True)
     stopped_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+    tags: Mapped[str] = mapped_column(Text, default="", server_default="")  # sorted, comma-joined
+    # Quarantined: it takes no work until an admin releases it or it restarts with a healthy self-test
+    quarantined_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+    quarantine_reason: Mapped[str | None] = mapped_column(Text, default=None)
+    # Failures before this (its last release) no longer count towards a quarantine
+    released_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+
+
+class WorkerFailure(Base):
+    """A chunk attempt that failed on a worker for a reason that is not the input's (``shared.worker_health``)."""
+
+    __tablename__ = "worker_failures"
+    __table_args__ = (Index("ix_worker_failures_worker_at", "worker", "at"),)
+
+    id: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer(), "sqlite"), primary_key=True, autoincrement=True
+    )
+    worker: Mapped[str] = mapped_column(String(255))
+    job_id: Mapped[str] = mapped_column(String(32), index=True)
+    chunk_index: Mapped[int] = mapped_column(Integer)
+    error_code: Mapped[str] = mapped_column(String(64))
+    at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class JobGroup(Base):
+    """Jobs made by one batch submission: many targets, one option set (``shared.groups``)."""
+
+    __tablename__ = "job_groups"
+    __table_args__ = (Index("ix_job_groups_tenant_created", "tenant_id", "created_at", "id"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    tenant_id: Mapped[str | None] = mapped_column(
+        ForeignKey("tenants.id", name="fk_job_groups_tenant_id"), default=None
+    )
+    name: Mapped[str] = mapped_column(String(255), default="")
+    callback_url: Mapped[str | None] = mapped_column(Text, default=None)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    # When the last member ended (its webhook queued once)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)

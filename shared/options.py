@@ -8,12 +8,29 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
+from shared.age_options import AgeModifierOptions
+from shared.background_options import BackgroundRemoverModel as BackgroundRemoverModel  # the choices, re-exported
+from shared.background_options import BackgroundRemoverOptions
+from shared.colour_options import FrameColorizerModel as FrameColorizerModel  # the choices, re-exported
+from shared.colour_options import FrameColorizerOptions
+from shared.colour_options import FrameColorizerSize as FrameColorizerSize
+from shared.deep_swap_options import DeepSwapperOptions
 from shared.families import AcceleratorFamily as AcceleratorFamily  # the choices, re-exported
-from shared.strict_blur import STRICT_MARGIN
+from shared.frame_enhancer_options import FRAME_ENHANCER_SCALES as FRAME_ENHANCER_SCALES  # re-exported
+from shared.frame_enhancer_options import FrameEnhancerModel as FrameEnhancerModel  # the choices, re-exported
+from shared.frame_enhancer_options import FrameEnhancerOptions
+from shared.lip_sync_options import LipSyncerModel as LipSyncerModel  # the choices, re-exported
+from shared.lip_sync_options import LipSyncerOptions
+from shared.portrait_options import ExpressionArea as ExpressionArea  # the choices, re-exported
+from shared.portrait_options import ExpressionRestorerOptions, FaceEditorOptions
+from shared.strict_blur import MIN_FACE, STRICT_MARGIN
 
-ProcessorName = Literal["passthrough", "face_swapper", "face_enhancer", "face_blur", "face_debugger", "frame_enhancer"]
+ProcessorName = Literal[
+    "passthrough", "face_swapper", "face_enhancer", "face_blur", "face_debugger", "frame_enhancer", "lip_syncer",
+    "frame_colorizer", "expression_restorer", "face_editor", "background_remover", "age_modifier", "deep_swapper",
+]  # fmt: skip
 Detector = Literal["yunet", "scrfd", "retinaface", "yolo_face"]
 Swapper = Literal[
     "inswapper_128",
@@ -42,11 +59,11 @@ Enhancer = Literal[
     "restoreformer_plus_plus",
 ]
 # Whole-frame upscalers (FaceFusion's frame_enhancer_model, the Real-ESRGAN family).
-FrameEnhancerModel = Literal["real_esrgan_x2", "real_esrgan_x2_fp16", "real_esrgan_x4", "real_esrgan_x4_fp16"]
 SelectorMode = Literal["all", "largest", "one", "reference"]
 BlurStyle = Literal["blur", "pixelate", "fill"]
+BlurUncertain = Literal["faces", "frame"]
 QualityPreset = Literal["fast", "quality"]
-VideoEncoder = Literal["libx264", "libx265", "libvpx-vp9", "libsvtav1", "h264_nvenc", "hevc_nvenc"]
+VideoEncoder = Literal["libx264", "libx265", "libvpx-vp9", "libsvtav1", "h264_nvenc", "hevc_nvenc", "prores_ks"]
 EncoderPreset = Literal["ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow"]
 # Paste-back masks, combined by their minimum as FaceFusion combines them.
 MaskType = Literal["box", "occlusion", "area", "region"]
@@ -75,16 +92,10 @@ Gender = Literal["female", "male"]
 # The side of the crop a swapper works on, split into tiles of the model's own size (FaceFusion's pixel boost).
 PixelBoost = Literal[128, 256, 384, 512, 768, 1024]
 
-# How many times each frame enhancer multiplies a frame's width and height (the model registry agrees: a test checks).
-FRAME_ENHANCER_SCALES: dict[FrameEnhancerModel, int] = {
-    "real_esrgan_x2": 2,
-    "real_esrgan_x2_fp16": 2,
-    "real_esrgan_x4": 4,
-    "real_esrgan_x4_fp16": 4,
-}
-
 # Processors whose output shows faces that are not the ones filmed: their outputs carry a provenance tag.
-FACE_CHANGING: frozenset[ProcessorName] = frozenset({"face_swapper", "face_enhancer"})
+FACE_CHANGING: frozenset[ProcessorName] = frozenset(
+    {"face_swapper", "face_enhancer", "expression_restorer", "face_editor", "age_modifier", "deep_swapper"}
+)
 # Processors that need at least one source image.
 NEEDS_SOURCE: frozenset[ProcessorName] = frozenset({"face_swapper"})
 
@@ -99,8 +110,13 @@ class EncoderOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    encoder: VideoEncoder = "libx264"
-    preset: EncoderPreset = "veryfast"
+    encoder: VideoEncoder = Field(
+        "libx264",
+        description="The video encoder; h264_nvenc and hevc_nvenc need a GPU with NVENC (not H100/H200); prores_ks "
+        "writes ProRes 4444 in a MOV file (the one that carries background_remover.transparent's alpha), the "
+        "others MP4",
+    )
+    preset: EncoderPreset = Field("veryfast", description="The encoder's speed/size trade-off (x264's preset names)")
     quality: int = Field(80, ge=0, le=100, description="0 worst … 100 best; mapped to the encoder's CRF/CQ")
     lossless: bool = Field(False, description="Bit-exact colour planes where the encoder supports it (tests)")
 
@@ -120,16 +136,31 @@ class FaceOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    detector: Detector = "yunet"
-    detector_size: int = Field(640, ge=160, le=1280, multiple_of=32)
-    detector_score: float = Field(0.5, gt=0.0, lt=1.0)
-    selector_mode: SelectorMode = "all"
+    detector: Detector = Field("yunet", description="The face detector, run once per frame for the whole chain")
+    detector_size: int = Field(
+        640,
+        ge=160,
+        le=1280,
+        multiple_of=32,
+        description="The size frames are detected at; the fixed-size models (yunet, yolo_face) letterbox a smaller "
+        "size and detect a larger one in overlapping tiles",
+    )
+    detector_score: float = Field(0.5, gt=0.0, lt=1.0, description="Least score a detection needs to count")
+    selector_mode: SelectorMode = Field(
+        "all",
+        description="Which faces the processors work on: all, the largest, the first in selector_order, or those "
+        "within reference_distance of the reference face (the last source image; chosen per track)",
+    )
     reference_distance: float = Field(0.6, gt=0.0, le=2.0, description="Max cosine distance to the reference")
-    swapper: Swapper | None = None
-    enhancer: Enhancer | None = None
-    enhancer_blend: int = Field(80, ge=0, le=100)
-    codeformer_weight: float = Field(0.5, ge=0.0, le=1.0)
-    mask_blur: float = Field(0.3, ge=0.0, le=1.0)
+    swapper: Swapper | None = Field(None, description="face_swapper's model")
+    enhancer: Enhancer | None = Field(None, description="face_enhancer's model")
+    enhancer_blend: int = Field(
+        80, ge=0, le=100, description="Percent of the enhanced face that shows (FaceFusion's face_enhancer_blend)"
+    )
+    codeformer_weight: float = Field(
+        0.5, ge=0.0, le=1.0, description="CodeFormer's fidelity: 0 most restoration, 1 most faithful"
+    )
+    mask_blur: float = Field(0.3, ge=0.0, le=1.0, description="Feathering of the paste-back box mask, 0…1")
     mask_padding: tuple[Percent, Percent, Percent, Percent] = Field(
         (0, 0, 0, 0), description="Top, right, bottom, left of the crop cut from the mask, in percent"
     )
@@ -142,6 +173,18 @@ class FaceOptions(BaseModel):
     )
     blur_margin: float = Field(
         STRICT_MARGIN, ge=0.0, le=1.0, description="face_blur strict: margin around each box, relative to its size"
+    )
+    blur_min_face: int = Field(
+        MIN_FACE,
+        ge=8,
+        le=256,
+        description="face_blur strict: the smallest face (box height, px at the source resolution) detection is scaled "
+        "for; smaller costs more detector calls per frame (the faces event counts them)",
+    )
+    blur_uncertain: BlurUncertain = Field(
+        "faces",
+        description="face_blur strict: `frame` hides the whole frame wherever a track is lost (its face carried on "
+        "past its last detection), failing closed; `faces` hides the faces alone. The faces event counts such frames",
     )
     strict_second_detector: Detector | None = Field(
         None,
@@ -159,7 +202,9 @@ class FaceOptions(BaseModel):
         min_length=1,
         max_length=len(get_args(MaskType)),
         json_schema_extra={"uniqueItems": True},  # the schema says what _distinct checks
-        description="Paste-back masks, combined by their minimum (FaceFusion's face_mask_types)",
+        description="Paste-back masks, combined by their minimum (FaceFusion's face_mask_types): box, the feathered "
+        "crop; occlusion, by the XSeg occluder; region, the face parser's mask_regions; area, the 68-point hull's "
+        "mask_areas. Each model runs over every face of a batch at once",
     )
     mask_regions: list[MaskRegion] = Field(
         default_factory=lambda: list[MaskRegion](get_args(MaskRegion)),
@@ -175,19 +220,20 @@ class FaceOptions(BaseModel):
         json_schema_extra={"uniqueItems": True},  # the schema says what _distinct checks
         description="Parts of the 68-point landmark hull the area mask keeps",
     )
-    occluder: Occluder = "xseg_1"
-    parser: FaceParser = "bisenet_resnet_34"
+    occluder: Occluder = Field("xseg_1", description="The XSeg model of the occlusion mask")
+    parser: FaceParser = Field("bisenet_resnet_34", description="The BiSeNet face parser of the region mask")
     landmarker_score: float = Field(
         0.0,
         ge=0.0,
         le=1.0,
         description="Above 0, the 2dfan4 landmarker finds 68 points per face, and faces whose landmark score "
-        "passes this value are aligned by them (FaceFusion's face_landmarker_score; 0 turns it off)",
+        "passes this value are aligned by them, and face_debugger draws them (FaceFusion's face_landmarker_score; 0 "
+        "turns it off)",
     )
     pixel_boost: PixelBoost | None = Field(
         None,
-        description="Swap at this crop side, split into tiles of the swapper's own size (a multiple of it); "
-        "default: the swapper's size",
+        description="Swap at this crop side (a multiple of the swapper's own size), as phase-interleaved tiles of "
+        "the swapper's size swapped in one batch (FaceFusion's pixel boost); default: the swapper's size",
     )
 
     selector_order: SelectorOrder = Field(
@@ -221,23 +267,6 @@ class FaceOptions(BaseModel):
         return self.selector_gender is not None or (self.selector_age_start, self.selector_age_end) != (0, 100)
 
 
-class FrameEnhancerOptions(BaseModel):
-    """Options of the ``frame_enhancer`` processor: the whole frame upscaled by a Real-ESRGAN model."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    model: FrameEnhancerModel = Field(
-        "real_esrgan_x2", description="The upscaler; its scale (x2, x4) multiplies the output's width and height"
-    )
-    blend: int = Field(
-        80,
-        ge=0,
-        le=100,
-        description="Percent of the upscaled frame over the input resized to the same size "
-        "(FaceFusion's frame_enhancer_blend)",
-    )
-
-
 PRESETS: dict[QualityPreset, dict[str, Any]] = {
     "fast": {"swapper": "inswapper_128_fp16", "enhancer": None},
     "quality": {"swapper": "hyperswap_1a_256", "enhancer": "gfpgan_1.4"},
@@ -245,6 +274,14 @@ PRESETS: dict[QualityPreset, dict[str, Any]] = {
 
 
 _DEFAULT_PROCESSORS: list[ProcessorName] = ["face_swapper"]
+
+
+# A worker's tag (``swapfarm worker --tag studio-a``) and a job's required ones: lower-case names, never a path
+MAX_TAGS = 8
+TAG_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,31}$"
+WorkerTag = Annotated[str, StringConstraints(pattern=TAG_PATTERN)]
+
+MAX_PREVIEW_FRAMES = 50
 
 
 class JobOptions(BaseModel):
@@ -257,12 +294,15 @@ class JobOptions(BaseModel):
         min_length=1,
         max_length=MAX_PROCESSORS,
         json_schema_extra={"uniqueItems": True},  # the schema says what _once_each checks
+        description="The processors, run in this order; frame_enhancer must be last",
     )
-    preset: QualityPreset = "fast"
+    preset: QualityPreset = Field("fast", description="Fills the face options a job leaves unset (see Presets)")
     chunk_frames: int | None = Field(
         None, ge=1, le=100_000, description="Frames per chunk; default: about ten seconds of video"
     )
-    family: AcceleratorFamily | Literal["any"] = "any"
+    family: AcceleratorFamily | Literal["any"] = Field(
+        "any", description="The accelerator family whose workers render the job; any: whichever worker is free"
+    )
     trim_start_frame: int | None = Field(
         None, ge=0, le=MAX_FRAME_NUMBER, description="First frame rendered (from 0, included); default: the first"
     )
@@ -283,9 +323,33 @@ class JobOptions(BaseModel):
     output_fps: float | None = Field(
         None, ge=1, le=240, description="Output frame rate (frames resampled, same duration); default: the input's"
     )
+    required_tags: list[WorkerTag] = Field(
+        default_factory=list,
+        max_length=MAX_TAGS,
+        description="Only workers started with every one of these tags (swapfarm worker --tag) render the job; "
+        "the family still routes it",
+    )
+    max_failed_chunks: int | None = Field(
+        None, ge=1, le=10_000, description="The job fails once this many chunk attempts have failed (not the input's)"
+    )
     encoder: EncoderOptions = Field(default_factory=EncoderOptions)
     face: FaceOptions = Field(default_factory=FaceOptions)
     frame_enhancer: FrameEnhancerOptions = Field(default_factory=FrameEnhancerOptions)
+    lip_syncer: LipSyncerOptions = Field(default_factory=LipSyncerOptions)
+    frame_colorizer: FrameColorizerOptions = Field(default_factory=FrameColorizerOptions)
+    expression_restorer: ExpressionRestorerOptions = Field(default_factory=ExpressionRestorerOptions)
+    face_editor: FaceEditorOptions = Field(default_factory=FaceEditorOptions)
+    background_remover: BackgroundRemoverOptions = Field(default_factory=BackgroundRemoverOptions)
+    age_modifier: AgeModifierOptions = Field(default_factory=AgeModifierOptions)
+    deep_swapper: DeepSwapperOptions = Field(default_factory=DeepSwapperOptions)
+    start_paused: bool = Field(False, description="Submit the job paused: nothing runs until it is resumed")
+    preview: int = Field(
+        0,
+        ge=0,
+        le=MAX_PREVIEW_FRAMES,
+        description="Render this many frames spread over the video first (and before/after stills of them), then "
+        "wait in awaiting_approval: approve renders the rest (the preview's frames are kept), reject cancels",
+    )
 
     @field_validator("processors")
     @classmethod

@@ -1,15 +1,20 @@
-"""A job's progress: frames rendered, chunks by state, the farm's rate on it and whether it is recovering."""
+"""A job's progress: frames rendered, chunks by state, the farm's rate on it and whether it is recovering; and a
+job group's ETA (:func:`group_eta`)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session
 
 from shared.events import RECOVERY_EVENTS, START_EVENTS
+from shared.limits import submitted_frames
+from shared.media import MediaInfo
 from shared.models import Chunk, Job, JobEvent, utcnow
-from shared.states import ACTIVE_JOB_STATES, ChunkStatus, JobStatus
+from shared.options import JobOptions
+from shared.states import ACTIVE_JOB_STATES, FINISHED_JOB_STATES, ChunkStatus, JobStatus
 
 
 @dataclass(frozen=True)
@@ -90,3 +95,42 @@ def _throughput(session: Session, job_id: str) -> float | None:
     if frames <= 0 or seconds <= 0:
         return None
     return round(frames / seconds * max(len(running), 1), 2)
+
+
+# A member in one of these waits for a person (resume, approve): no rate says when the group ends.
+_WAITS_FOR_A_PERSON = frozenset({JobStatus.PAUSED, JobStatus.AWAITING_APPROVAL})
+
+
+def group_eta(members: Sequence[tuple[Job, Progress]]) -> float | None:
+    """Seconds until a group's last member ends: the frames its unfinished members have left (a member not yet
+    planned: its range judged from the target's header and the trim, as at submission) over the rate its rendering
+    members render at together, and never less than the slowest rendering member's own ETA. Members waiting for a
+    place take the places of those that end, so the group's rate holds until its last member renders.
+
+    ``None`` while no member renders (no rate is measured yet), one is recovering (``Progress.recovering``), or one
+    is paused or awaiting approval (it waits for a person); and once every member has ended.
+    """
+    unfinished = [(job, p) for job, p in members if job.status not in FINISHED_JOB_STATES]
+    rendering = [p for job, p in unfinished if job.status == JobStatus.RENDERING]
+    if not rendering or any(job.status in _WAITS_FOR_A_PERSON for job, _ in unfinished):
+        return None
+    if any(p.recovering or not p.frames_per_second for p in rendering):
+        return None
+    left = 0
+    for job, p in unfinished:
+        total = _frames_of(job)
+        if total is None:
+            return None
+        left += max(total - p.frames_done, 0)
+    rate = sum(p.frames_per_second or 0.0 for p in rendering)
+    slowest = max((p.eta_seconds for p in rendering if p.eta_seconds is not None), default=0.0)
+    return round(max(left / rate, slowest), 1)
+
+
+def _frames_of(job: Job) -> int | None:
+    """The frames the job renders: counted by its planner, else judged from its target's header and trim."""
+    if job.frames_total is not None:
+        return job.frames_total
+    if job.media is None:
+        return None
+    return submitted_frames(MediaInfo.from_json(job.media), JobOptions.model_validate(job.options))

@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 
 from shared.errors import TooManyRequestsError
 from shared.models import Job
-from shared.states import JobStatus
+from shared.states import WAITING_JOB_STATES, JobStatus
 
 __all__ = ["Quotas", "add_stored", "check", "stored_bytes", "waiting_jobs"]
 
@@ -28,7 +28,8 @@ class Quotas:
 
 
 def waiting_jobs(session: Session, tenant_id: str) -> int:
-    query = select(func.count()).select_from(Job).where(Job.tenant_id == tenant_id, Job.status == JobStatus.WAITING)
+    """The tenant's jobs that wait: for a place, paused, or with a preview awaiting approval."""
+    query = select(func.count()).select_from(Job).where(Job.tenant_id == tenant_id, Job.status.in_(WAITING_JOB_STATES))
     return int(session.scalar(query) or 0)
 
 

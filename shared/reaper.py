@@ -29,7 +29,7 @@ from shared.broker import BrokerContents, WorkKey
 from shared.errors import WorkerLostError
 from shared.events import EventKind, record
 from shared.lifecycle import Note, fail_job, transition
-from shared.models import Chunk, Job, utcnow
+from shared.models import Chunk, Job, farm_paused_clause, utcnow
 from shared.states import ACTIVE_JOB_STATES, ChunkStatus, JobStatus
 from shared.tasks import PLAN, RENDER_CHUNK, STITCH, TASKS, Message
 
@@ -191,7 +191,7 @@ def queued_work(session: Session, *, queued_before: datetime) -> list[Work]:
     chunks = session.execute(
         select(Chunk.id, Chunk.job_id, Chunk.index)
         .join(Job)
-        .where(Job.status == JobStatus.RENDERING)
+        .where(Job.status == JobStatus.RENDERING, ~farm_paused_clause())  # a paused job or farm: none sent
         .where(Chunk.status == ChunkStatus.QUEUED, Chunk.enqueued_at < queued_before)
     ).all()
     steps = session.execute(

@@ -36,8 +36,11 @@ WORKER_GRANTS: dict[str, str] = {
     "tenants": "SELECT, UPDATE",
     "webhook_deliveries": "SELECT, INSERT, UPDATE",
     "workers": "SELECT, INSERT, UPDATE",
+    "worker_failures": "SELECT, INSERT",  # a chunk attempt that failed on it (``shared.worker_health``)
+    "job_groups": "SELECT, UPDATE",  # a group's end, when its last job ends
+    "farm_controls": "SELECT",  # whether an admin paused the farm (no chunk is claimed then)
 }
-WORKER_SEQUENCES = ("job_events_id_seq",)
+WORKER_SEQUENCES = ("job_events_id_seq", "worker_failures_id_seq")
 NO_ACCESS = ("api_keys", "ui_sessions", "alembic_version")
 _ROLE = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
@@ -53,7 +56,10 @@ API_GRANTS: dict[str, str] = {
     "api_keys": "SELECT, UPDATE",
     "ui_sessions": "SELECT, INSERT, DELETE",
     "webhook_deliveries": "SELECT, INSERT",
-    "workers": "SELECT",
+    "workers": "SELECT, UPDATE",  # an admin releases a quarantined worker
+    "worker_failures": "SELECT",
+    "job_groups": "SELECT, INSERT, UPDATE, DELETE",  # DELETE: a group whose submission was refused part-way
+    "farm_controls": "SELECT, INSERT, UPDATE",  # an admin pauses and resumes the farm (its one row, locked)
 }
 API_SEQUENCES = ("job_events_id_seq",)
 

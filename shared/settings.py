@@ -13,12 +13,13 @@ from typing import Literal
 from pydantic import Field, IPvAnyNetwork, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from shared.licences import LicenceRule
 from shared.options import AcceleratorFamily, Enhancer, Swapper
 
 Environment = Literal["development", "test", "production"]
 EngineName = Literal["onnxruntime", "torch"]
 CompileMode = Literal["default", "reduce-overhead", "max-autotune", "eager"]
-Precision = Literal["fp32", "fp16", "bf16"]
+Precision = Literal["fp32", "fp16", "bf16", "int8"]
 DEFAULT_SECRET = "change-me"
 # Secrets that ship as defaults somewhere (ours, MinIO's): refused in production wherever a secret is set.
 KNOWN_DEFAULT_SECRETS = frozenset({DEFAULT_SECRET, "minioadmin", ""})
@@ -30,18 +31,26 @@ class Settings(BaseSettings):
     # An empty variable counts as unset (compose passes `${VAR:-}` through as ""), so the default applies.
     model_config = SettingsConfigDict(env_prefix="SWAPFARM_", env_file=None, extra="ignore", env_ignore_empty=True)
 
-    environment: Environment = "development"
-    database_url: str = "postgresql+psycopg://postgres@127.0.0.1:5432/swapfarm"
-    broker_url: str = "redis://127.0.0.1:6379/0"
+    environment: Environment = Field(
+        "development", description="production: a process refuses to start with a known default secret"
+    )
+    database_url: str = Field(
+        "postgresql+psycopg://postgres@127.0.0.1:5432/swapfarm", description="Postgres, the source of truth"
+    )
+    broker_url: str = Field("redis://127.0.0.1:6379/0", description="Celery's broker (Redis)")
     storage_url: str = Field("file://./var/storage", description="Root of job files: file:// or s3://")
     work_dir: Path = Field(Path("./var/work"), description="Local scratch space of a worker")
-    secret_key: SecretStr = SecretStr(DEFAULT_SECRET)
+    secret_key: SecretStr = Field(
+        SecretStr(DEFAULT_SECRET), description="Derives each tenant's webhook signing secret; changing it changes them"
+    )
 
     # API limits, enforced while the upload streams in (sizes) and when the target is probed (the rest)
     max_upload_bytes: int = Field(4 * 1024**3, gt=0, description="Largest target video, in bytes")
     max_source_bytes: int = Field(20 * 1024**2, gt=0, description="Largest source image, in bytes")
     max_sources: int = Field(8, ge=0, description="Most source images per job")
     max_duration_seconds: float = Field(4 * 3600.0, gt=0, description="Longest target video")
+    max_audio_bytes: int = Field(512 * 1024**2, gt=0, description="Largest source audio (lip_syncer), in bytes")
+    max_audio_seconds: float = Field(4 * 3600.0, gt=0, description="Longest source audio (lip_syncer)")
     max_frame_pixels: int = Field(
         7680 * 4320, gt=0, description="Largest frame (width x height) of a target, and of a job's output"
     )
@@ -57,11 +66,20 @@ class Settings(BaseSettings):
         description="Refuse target videos the NSFW analysers flag (FaceFusion's three models, 2 of 3 per frame, "
         "one frame a second, refused above 10 % of them): the job fails with content_refused, no output kept",
     )
+    disabled_licences: list[LicenceRule] = Field(
+        default_factory=list,
+        description="Licences whose models the farm may not use (a JSON list of licence ids as `swapfarm models "
+        "list` shows them, or non-commercial: every licence that forbids commercial use): a job that needs such "
+        "a model is refused at submission, and a worker refuses to load one (model_licence_disabled)",
+    )
     max_running_jobs_per_tenant: int = Field(
         4, ge=1, description="Jobs of one tenant running at once unless the tenant says; the rest wait in order"
     )
     output_ttl_seconds: float = Field(
         7 * 24 * 3600.0, gt=0, description="A finished job's files (output, inputs) are deleted after this"
+    )
+    preview_ttl_seconds: float = Field(
+        24 * 3600.0, gt=0, description="A preview not approved within this is cancelled and its files deleted"
     )
     events_poll_seconds: float = Field(0.5, gt=0, description="How often the event stream looks for news")
 
@@ -129,28 +147,57 @@ class Settings(BaseSettings):
             "is re-sent after this. With Redis the reaper compares Postgres with the broker at every sweep instead"
         ),
     )
-    task_time_limit_seconds: int = Field(3600, gt=0)
-    retry_backoff_seconds: float = Field(2.0, ge=0)
+    task_time_limit_seconds: int = Field(3600, gt=0, description="Celery's hard time limit of one task")
+    retry_backoff_seconds: float = Field(
+        2.0, ge=0, description="Wait before a failed chunk's next attempt; doubles per attempt"
+    )
+
+    # Bad workers kept out (``shared.worker_health``): failures that belong to the input never count
+    blocklist_after: int = Field(
+        2, ge=1, description="A worker that fails this many chunks of one job takes no more chunks of that job"
+    )
+    quarantine_after_jobs: int = Field(
+        2, ge=1, description="A worker failing chunks of this many jobs within the window is quarantined"
+    )
+    quarantine_window_seconds: float = Field(
+        3600.0, gt=0, description="The window in which a worker's failures on several jobs quarantine it"
+    )
+    # Job groups (``shared.groups``)
+    max_group_members: int = Field(100, ge=1, le=10_000, description="Jobs one group submission may make")
 
     # Worker
-    family: AcceleratorFamily | Literal["auto"] = "auto"
-    worker_concurrency: int = Field(1, ge=1)
+    family: AcceleratorFamily | Literal["auto"] = Field(
+        "auto", description="A worker's accelerator family; auto: detected (swapfarm doctor shows it)"
+    )
+    worker_concurrency: int = Field(1, ge=1, description="Pool processes per worker; keep 1 per GPU")
+    worker_tags: list[str] = Field(
+        default_factory=list,
+        description="This worker's tags (swapfarm worker --tag): jobs' required_tags narrow routing",
+    )
     batch_size: int = Field(8, ge=1, le=1024, description="Frames (and faces) per inference batch")
     models_dir: Path | None = Field(None, description="Offline folder searched for model files before download")
-    model_cache_dir: Path = Path("~/.cache/swapfarm/models")
+    model_cache_dir: Path = Field(Path("~/.cache/swapfarm/models"), description="Where downloaded model files are kept")
     model_base_urls: list[str] = Field(
         default_factory=lambda: [
             "https://github.com/facefusion/facefusion-assets/releases/download",
             "https://huggingface.co/facefusion",
-        ]
+        ],
+        description="Where model files are downloaded from, tried in order",
     )
     allow_model_hash_mismatch: bool = Field(
         False, description="Use local model files whose sha256 differs (custom models); logged as a warning"
     )
     execution_providers: list[str] | None = Field(None, description="ONNX Runtime providers, in order")
+    openvino_precision: Literal["fp32", "bf16"] = Field(
+        "fp32",
+        description="Inference precision of ONNX Runtime's OpenVINO provider (openvino family); bf16 only on CPUs "
+        "that compute it natively (AMX, AVX-512 BF16), fp32 elsewhere: faster, further from fp32 "
+        "(docs/engines.md)",
+    )
 
     # Inference engine of the heavy face models (swappers, enhancers); detectors and recognisers use ONNX Runtime.
-    # Where it resolves to torch, a job's frames also take the device path (workers/device/), else the OpenCV one.
+    # Where it resolves to torch, a job's frames travel as 4:2:0 planes to the torch device (workers/frames/choice.py),
+    # else as whole BGR frames on the host.
     engine: EngineName | Literal["auto"] = Field(
         "auto",
         description="auto: compiled torch on cuda/rocm, and on CPUs that compute bf16 natively (AMX, AVX-512 BF16) "
@@ -158,18 +205,21 @@ class Settings(BaseSettings):
     )
     device_detection: Literal["auto", "on", "off"] = Field(
         "auto",
-        description="On the device path, detect faces with the detector converted to torch on the device; auto: on "
-        "GPUs, off on the CPU, where ONNX Runtime ran the detectors 3-6x faster than the converted ones",
+        description="Where the frames are on a torch device, detect faces with the detector converted to torch there; "
+        "auto: on "
+        "GPUs, off on the CPU, where ONNX Runtime ran the detectors faster (measured: docs/performance.md)",
     )
     model_engines: dict[str, EngineName] = Field(
         default_factory=dict, description="Per-model engine overrides, by registry name (e.g. gfpgan_1.4)"
     )
     torch_compile_mode: CompileMode | Literal["auto"] = Field(
         "auto",
-        description="torch.compile mode; auto: max-autotune on GPUs, default on the CPU (measured as fast)",
+        description="torch.compile mode; auto: max-autotune on GPUs, default on the CPU",
     )
     torch_precision: Precision | Literal["auto"] = Field(
-        "auto", description="Compute dtype of the torch engine; auto: bf16 on CPUs that compute it natively, else fp32"
+        "auto",
+        description="Compute dtype of the torch engine; auto: on CPUs int8 where they have VNNI (PT2E, calibrated on "
+        "the first faces, bf16 where it fails its guard), else bf16 where they compute it natively; fp32 elsewhere",
     )
     torch_compile_cache_dir: Path = Field(
         Path("~/.cache/swapfarm/torch-compile"), description="Persistent compile cache (TORCHINDUCTOR_CACHE_DIR)"

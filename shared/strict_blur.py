@@ -6,8 +6,15 @@ recall. Against a plain tracked job it:
 * lowers the tracker's two scores to at most :data:`STRICT_HIGH` (starts a track; ``face.detector_score`` when that
   is lower) and :data:`STRICT_LOW` (continues one; ``face.track_score`` when lower) — a job can lower them further,
   never raise them — and hides every detection at or above the low score, whatever its track says;
-* detects on more views of each frame (``workers.faces.sweep``): the frame turned by ±:data:`TURN` degrees, and,
-  for frames up to :data:`ZOOM_UP_TO` px on their longer side, enlarged :data:`ZOOM` times;
+* detects on more views of each frame (``workers.faces.sweep``): besides the whole frame shrunk into the model's
+  input, the frame in tiles at the scale where the smallest face the job promises to hide (``face.blur_min_face``,
+  default :data:`MIN_FACE` px at the source resolution) is :data:`RELIABLE_FACE` px for the detector (enlarged
+  where that is more than the source), and the frame turned by ±:data:`TURN` degrees, tiled at the scale for faces
+  of :data:`TURN_MIN_FACE_FACTOR` times that size; a second detector (``face.strict_second_detector``) runs on
+  the same upright tiles;
+* cuts its tracks at scene cuts (consecutive frames whose small grey thumbnails correlate below
+  :data:`CUT_CORRELATION`: no box moves or fills across a cut), and carries a track's box on by its last motion for
+  up to ``face.track_gap`` frames after its last detection (a face leaving the frame, or lost, stays hidden);
 * grows each box by ``face.blur_margin`` (default :data:`STRICT_MARGIN`) of its size on every side, with a soft
   edge that fades out within the margin.
 
@@ -20,7 +27,18 @@ detection at 0.5 misses it (``tests/integration/test_face_tracks.py``). The two 
 
 from __future__ import annotations
 
-__all__ = ["STRICT_HIGH", "STRICT_LOW", "STRICT_MARGIN", "TURN", "ZOOM", "ZOOM_UP_TO"]
+__all__ = [
+    "CUT_CORRELATION",
+    "MIN_FACE",
+    "RELIABLE_FACE",
+    "STRICT_HIGH",
+    "STRICT_LOW",
+    "STRICT_MARGIN",
+    "TURN",
+    "TURN_MIN_FACE_FACTOR",
+    "ZOOM",
+    "ZOOM_UP_TO",
+]
 
 STRICT_HIGH = 0.35
 """The highest score that starts a track (a confident face) in strict mode."""
@@ -35,9 +53,26 @@ TURN = 30.0
 """Degrees the frame is turned each way for the extra detection passes (a face turned up to 40° is then within
 10–15° of upright in one of them)."""
 
+MIN_FACE = 24
+"""The default ``face.blur_min_face``: the smallest face (box height, px at the source resolution) strict mode's
+detection is scaled for."""
+
+RELIABLE_FACE = 32
+"""The face height (px, in the detector's input) from which YuNet finds most upright faces: of 14 faces cut from the
+reference images and pasted on a texture, at score 0.15, YuNet found 2 at 16 px, 6 at 20, 8 at 24, 9 at 28 and 12
+at 32 (SCRFD-500M: 4, 10, 12, 13, 14); turned 35°, both found about half at 32 px (2026-12-01)."""
+
+TURN_MIN_FACE_FACTOR = 2.0
+"""The turned passes are tiled for faces this many times ``face.blur_min_face`` (each turned pass over a whole HD
+frame at the upright passes' scale would take 2–3 times their tiles)."""
+
+CUT_CORRELATION = 0.5
+"""Consecutive frames whose 32×18 grey thumbnails (blurred, each normalised by its own mean and spread, so a frame
+darkened or brightened is no cut) correlate below this are a scene cut."""
+
 ZOOM = 2
-"""How much a small frame is enlarged for the extra pass that finds small faces."""
+"""Kept for callers that still name it: strict mode's old fixed enlargement (now :data:`RELIABLE_FACE` /
+``face.blur_min_face``)."""
 
 ZOOM_UP_TO = 960
-"""The longest frame side still enlarged (beyond it, the enlarged frame would take too many tiles; a larger
-``face.detector_size`` is the way to small faces there)."""
+"""Kept for the device path's reason string: the frames the old fixed enlargement applied to."""

@@ -34,8 +34,11 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from shared import jobs, quotas
+from shared import jobs, quotas, worker_health
 from shared.admission import lock_tenant
+from shared.audio import AudioInfo, probe_audio
+from shared.background_options import check_background_remover
+from shared.containers import check_alpha
 from shared.db import session_scope
 from shared.dispatch import send_all
 from shared.errors import (
@@ -47,18 +50,23 @@ from shared.errors import (
 )
 from shared.events import EventKind, record
 from shared.farm import Farm
-from shared.framing import check_chain, check_trim
+from shared.images import ImageHeader
+from shared.job_models import job_models
+from shared.licences import check_job
 from shared.lifecycle import admit
 from shared.limits import MediaLimits
-from shared.media import probe, probe_image
+from shared.lip_sync import check_lip_sync
+from shared.media import MediaInfo, probe, probe_image
 from shared.models import Job, new_id
 from shared.options import JobOptions
+from shared.output_frames import check_chain, check_trim
+from shared.processor_order import check_order
 from shared.settings import Settings
 from shared.tasks import ADMIN_PRIORITY, DEFAULT_PRIORITY, MAX_PRIORITY, MIN_PRIORITY, PLAN, message
 from shared.tenants import Principal
 from shared.webhooks import check_callback_url
 
-__all__ = ["Submission", "Upload", "screen", "submit"]
+__all__ = ["Submission", "Upload", "check", "screen", "submit"]
 
 logger = logging.getLogger(__name__)
 
@@ -92,6 +100,8 @@ class Submission:
     priority: int = DEFAULT_PRIORITY
     callback_url: str | None = None
     idempotency_key: str | None = None
+    group_id: str | None = None  # the group a batch submission makes it in (``shared.groups``), never a client's
+    audio: Upload | None = None  # the source audio of a lip_syncer job
 
     def request_hash(self) -> str:
         """What makes two submissions the same request: the files' contents, the target's name, the options,
@@ -104,6 +114,8 @@ class Submission:
         }
         if self.callback_url is not None:
             digest["callback_url"] = self.callback_url
+        if self.audio is not None:
+            digest["audio"] = self.audio.digest()
         return hashlib.sha256(json.dumps(digest, sort_keys=True).encode()).hexdigest()
 
 
@@ -165,8 +177,14 @@ def submit(farm: Farm, caller: Principal | None, job: Submission) -> str:
         NotAVideoError, UnreadableMediaError: the target is not a readable video.
         MediaLimitError: the target, or what the job would write, is over a limit (``shared.limits``).
         SourceImageError: a source is not an image, or is over the pixel limit.
-        InvalidOptionsError: the options need a source image and none was given, or the trim range ends
-            where it starts or before; ``trim_out_of_range``: it lies outside the frames the header declares.
+        UnreadableAudioError, AudioTooLongError: the source audio is not a readable audio file
+            (``audio_unreadable``; one outside the audio whitelist is ``media_format_refused``) or lasts longer than
+            ``max_audio_seconds`` (``audio_too_long``); see ``shared.audio``.
+        InvalidOptionsError: the options need a source image and none was given, lip_syncer has no source audio
+            or a source audio has no lip_syncer (``shared.lip_sync``), the encoder cannot carry the alpha they
+            ask for (``shared.containers``), or the trim range ends where it starts or before;
+            ``trim_out_of_range``: it lies outside the frames the header declares; ``model_licence_disabled``: a
+            model they need is under a licence the operator disabled (``shared.licences``).
     """
     settings, storage = farm.settings, farm.storage
     database_url = settings.database_url
@@ -180,36 +198,24 @@ def submit(farm: Farm, caller: Principal | None, job: Submission) -> str:
             earlier = _earlier(session, owner, key, request_hash)
         if earlier is not None:
             return earlier
+    audio = job.audio
     size = target.path.stat().st_size + sum(s.path.stat().st_size for s in sources)
+    size += audio.path.stat().st_size if audio is not None else 0
     if owner is not None:  # early, before the work of probing; decided again below
         with session_scope(database_url) as session:
             quotas.check(session, owner.tenant_id, owner.quotas, new_bytes=size)
-    check_chain(options)
-    limits = MediaLimits.of(settings)
-    media = probe(target.path)
-    limits.check(media)
-    check_trim(options, media.frame_count or None)  # no count in the header: the planner checks the range
-    limits.check_submitted(media, options)
-    face = options.face
-    if face.selector_age_start > face.selector_age_end:  # between two fields: beyond what the schema can state
-        raise InvalidOptionsError(
-            f"face.selector_age_start ({face.selector_age_start}) is above "
-            f"face.selector_age_end ({face.selector_age_end})"
-        )
-    if options.needs_source and not sources:
-        raise InvalidOptionsError(f"processors {options.processors} need at least one source image")
-    images = [
-        probe_image(s.path, f"source {i + 1} ({s.name!r})", max_pixels=limits.max_source_pixels)
-        for i, s in enumerate(sources)
-    ]
+    media, images, sound = _examine(settings, job)
 
     job_id = new_id()
     target_url = storage.job_url(job_id, "input", "target" + media.extension)
     source_urls = [storage.job_url(job_id, "input", f"source-{i}{image.extension}") for i, image in enumerate(images)]
+    audio_url = storage.job_url(job_id, "input", "audio" + sound.extension) if sound is not None else None
     try:
         storage.upload(target.path, target_url)
         for source, url in zip(sources, source_urls, strict=True):
             storage.upload(source.path, url)
+        if audio is not None and audio_url is not None:
+            storage.upload(audio.path, audio_url)
         with session_scope(database_url) as session:
             if owner is not None:
                 lock_tenant(session, owner.tenant_id)
@@ -228,11 +234,15 @@ def submit(farm: Farm, caller: Principal | None, job: Submission) -> str:
                 request_hash=request_hash,
                 callback_url=job.callback_url,
                 stored_bytes=size,
+                group_id=job.group_id,
+                audio_url=audio_url,
+                audio_media=sound.to_json() if sound is not None else None,
             )
             if owner is None:
                 messages = [message(PLAN, job_id, family=options.family, priority=priority)]
             else:
                 messages = admit(session, owner.tenant_id, owner.default_limit)
+            worker_health.note_no_worker(session, settings, job_id)  # a job no live worker can take says why
     except IntegrityError:
         storage.delete(storage.job_url(job_id), recursive=True)
         if owner is None or key is None or request_hash is None:
@@ -253,6 +263,57 @@ def submit(farm: Farm, caller: Principal | None, job: Submission) -> str:
         logger.warning("job %s: stored, but its messages were not sent; the reaper will send them", job_id)
         _note_unsent(database_url, [m.payload.job_id for m in messages], exc)
     return job_id
+
+
+def check(farm: Farm, caller: Principal | None, job: Submission) -> None:
+    """Every decision :func:`submit` makes about ``job`` that needs no stored file (its rights, quotas at this
+    moment, options, target and sources), storing nothing: a group submission (``shared.groups``) checks each
+    member before it submits the first. ``submit`` decides them all again.
+
+    Raises:
+        What :func:`submit` raises for a refused job.
+    """
+    settings = farm.settings
+    screen(settings, caller, priority=job.priority, sources=len(job.sources), callback_url=job.callback_url)
+    if caller is not None:
+        owner = _Owner.of(settings, caller.tenant_id)
+        size = job.target.path.stat().st_size + sum(s.path.stat().st_size for s in job.sources)
+        with session_scope(settings.database_url) as session:
+            quotas.check(session, owner.tenant_id, owner.quotas, new_bytes=size)
+    _examine(settings, job)
+
+
+def _examine(settings: Settings, job: Submission) -> tuple[MediaInfo, list[ImageHeader], AudioInfo | None]:
+    """The decisions on the job's options and files: the chain, the target's limits and what the job will write,
+    the trim range, the sources. Returns what the probes found."""
+    target, sources, options, audio = job.target, job.sources, job.options, job.audio
+    check_job(job_models(options, content_policy=settings.content_policy), settings.disabled_licences)
+    check_background_remover(options)
+    check_chain(options)
+    check_alpha(options)
+    check_order(options)
+    check_lip_sync(options, has_audio=audio is not None)
+    limits = MediaLimits.of(settings)
+    media = probe(target.path)
+    limits.check(media)
+    check_trim(options, media.frame_count or None)  # no count in the header: the planner checks the range
+    limits.check_submitted(media, options)
+    face = options.face
+    if face.selector_age_start > face.selector_age_end:  # between two fields: beyond what the schema can state
+        raise InvalidOptionsError(
+            f"face.selector_age_start ({face.selector_age_start}) is above "
+            f"face.selector_age_end ({face.selector_age_end})"
+        )
+    if options.needs_source and not sources:
+        raise InvalidOptionsError(f"processors {options.processors} need at least one source image")
+    images = [
+        probe_image(s.path, f"source {i + 1} ({s.name!r})", max_pixels=limits.max_source_pixels)
+        for i, s in enumerate(sources)
+    ]
+    sound = probe_audio(audio.path) if audio is not None else None
+    if sound is not None:
+        sound.check(settings.max_audio_seconds)
+    return media, images, sound
 
 
 def _note_unsent(database_url: str, job_ids: Sequence[str], exc: Exception) -> None:

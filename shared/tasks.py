@@ -3,7 +3,7 @@
 :data:`TASKS` is the one table of the farm's tasks: each one's name, queue, payload type and retry policy. Every
 message is built from it (:func:`message`), the broker's contents are read with it (``shared.broker``), and the
 workers bind each task's step function to it (``workers.steps``), which both Celery (``workers.celery_app``) and
-``swapfarm run`` (``workers.embedded``) run. The API enqueues by *name* (``send_task``) so it never imports worker
+``swapfarm run`` (``workers.local``) run. The API enqueues by *name* (``send_task``) so it never imports worker
 code. Payloads are ids, never objects: a task re-reads its rows, so a duplicate or late delivery sees the current
 state.
 """

@@ -3,8 +3,8 @@
 
 * **Outbox.** :func:`enqueue` writes the event to ``webhook_deliveries`` in the transaction that ends the job
   (``shared.lifecycle.end_job``: a stitch, a failure, a cancel), so an event exists exactly when the job
-  ended, whoever dies afterwards. Workers deliver from the table (``workers.webhooks``): a delivery is claimed with a
-  lease, so one whose worker died mid-request is claimed again when the lease expires.
+  ended, whoever dies afterwards. Workers deliver from the table (``workers.webhook_delivery``): a delivery is
+  claimed with a lease, so one whose worker died mid-request is claimed again when the lease expires.
 * **Retries.** A non-2xx answer, a timeout or a refused connection is tried again after a back-off that doubles
   (``webhook_retry_base_seconds`` … ``webhook_retry_max_seconds``, with jitter) until ``webhook_retry_for_seconds``
   (a day) after the job ended; then the event is abandoned. Every attempt is a job event (``webhook_delivered``,
@@ -47,11 +47,12 @@ from shared.events import EventKind, record
 from shared.models import Job, Tenant, WebhookDelivery, utcnow
 from shared.states import JobStatus
 
-EventType = Literal["job.succeeded", "job.failed", "job.cancelled"]
+EventType = Literal["job.succeeded", "job.failed", "job.cancelled", "job.awaiting_approval"]
 EVENT_TYPES: dict[JobStatus, EventType] = {
     JobStatus.SUCCEEDED: "job.succeeded",
     JobStatus.FAILED: "job.failed",
     JobStatus.CANCELLED: "job.cancelled",
+    JobStatus.AWAITING_APPROVAL: "job.awaiting_approval",  # not an end: its preview waits for approve or reject
 }
 MAX_URL_LENGTH = 2048
 PENDING, DELIVERED, ABANDONED = "pending", "delivered", "abandoned"
@@ -208,6 +209,7 @@ def enqueue(session: Session, job_id: str, status: JobStatus) -> None:
             "job": f"/v1/jobs/{job.id}",
             "events": f"/v1/jobs/{job.id}/events",
             "output": f"/v1/jobs/{job.id}/output" if status == JobStatus.SUCCEEDED else None,
+            "approve": f"/v1/jobs/{job.id}/approve" if status == JobStatus.AWAITING_APPROVAL else None,
         },
     }
     session.add(
