@@ -15,8 +15,8 @@ from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
-from api import docs, jobs, metrics, output, progress, ui, webhooks
-from api.openapi import SwapfarmAPI
+from api import controls, docs, group_events, groups, jobs, metrics, output, progress, ui, webhook_secret, workers
+from api.openapi import SwapfarmAPI, operation_id
 from api.schemas import Health
 from api.slots import KeySlots, fallback_counter
 from shared.broker import make_celery
@@ -85,13 +85,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
         docs_url=None,  # FastAPI's pages load from a CDN; api.docs serves Swagger UI itself
         redoc_url=None,
+        generate_unique_id_function=operation_id,
     )
     app.include_router(jobs.router)
+    app.include_router(controls.router)
+    app.include_router(controls.farm_router)
     app.include_router(progress.router)
     app.include_router(output.router)
     app.include_router(metrics.router)
-    app.include_router(webhooks.router)
+    app.include_router(webhook_secret.router)
     app.include_router(docs.router)
+    app.include_router(workers.router)
+    app.include_router(groups.router)
+    app.include_router(group_events.router)
     ui.mount(app)  # the jobs console at /ui (not in the OpenAPI description)
 
     @app.exception_handler(SwapfarmError)

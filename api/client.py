@@ -1,4 +1,5 @@
-"""A client of the farm's API (httpx), for scripts and ``swapfarm submit|status|list|cancel|retry|download``.
+"""A client of the farm's API (httpx), for scripts and the ``swapfarm`` commands that reach a farm (``submit``,
+``status``, ``pause``, ``group`` …).
 
 Uploads and downloads stream (never a whole video in memory); a download resumes a partial file with a Range
 request. Errors come back as :class:`ApiError` with the API's stable code.
@@ -11,6 +12,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
 from pathlib import Path
 from typing import IO, Any
+from urllib.parse import quote
 
 import httpx
 
@@ -65,8 +67,10 @@ class Client:
         options: dict[str, Any] | None = None,
         priority: int | None = None,
         idempotency_key: str | None = None,
+        audio: Path | None = None,
     ) -> JobView:
-        """Upload a job (files streamed from disk) and return it as accepted."""
+        """Upload a job (files streamed from disk; ``audio``: the source audio of a lip_syncer job) and return it
+        as accepted."""
         data: dict[str, str] = {"options": json.dumps(options or {})}
         if priority is not None:
             data["priority"] = str(priority)
@@ -78,8 +82,71 @@ class Client:
             files += [
                 ("source", (s.name, stack.enter_context(s.open("rb")), "application/octet-stream")) for s in sources
             ]
+            if audio is not None:
+                files.append(("source_audio", (audio.name, stack.enter_context(audio.open("rb")), "audio/wav")))
             response = self._http.post("/v1/jobs", data=data, files=files, headers=headers, timeout=None)
         return JobView.model_validate(self._check(response).json())
+
+    def submit_group(
+        self,
+        targets: Sequence[Path],
+        sources: Sequence[Path] = (),
+        *,
+        options: dict[str, Any] | None = None,
+        priority: int | None = None,
+        name: str = "",
+        partial: bool = False,
+    ) -> dict[str, Any]:
+        """Upload a job group (one job per target, the same sources and options); the group as accepted
+        (``GET /v1/groups/{id}``'s body)."""
+        data: dict[str, str] = {"options": json.dumps(options or {}), "partial": "true" if partial else "false"}
+        if name:
+            data["name"] = name
+        if priority is not None:
+            data["priority"] = str(priority)
+        with ExitStack() as stack:
+            files: list[tuple[str, tuple[str, IO[bytes], str]]] = [
+                ("target", (t.name, stack.enter_context(t.open("rb")), "video/mp4")) for t in targets
+            ]
+            files += [
+                ("source", (s.name, stack.enter_context(s.open("rb")), "application/octet-stream")) for s in sources
+            ]
+            response = self._http.post("/v1/groups", data=data, files=files, timeout=None)
+        body: dict[str, Any] = self._check(response).json()
+        return body
+
+    def group(self, group_id: str) -> dict[str, Any]:
+        body: dict[str, Any] = self._check(self._http.get(f"/v1/groups/{group_id}")).json()
+        return body
+
+    def group_jobs(self, group_id: str) -> list[JobView]:
+        """The group's jobs, in the order of their targets."""
+        body = self._check(self._http.get(f"/v1/groups/{group_id}/jobs")).json()
+        return [JobView.model_validate(job) for job in body["jobs"]]
+
+    def group_control(self, group_id: str, action: str, *, now: bool = False) -> dict[str, Any]:
+        """``pause`` (``now``: stop the running chunks too), ``resume``, ``cancel`` or ``retry`` every member; the
+        group after it."""
+        if action not in ("pause", "resume", "cancel", "retry"):
+            raise ValueError(f"no such group control: {action}")
+        params = {"now": "true"} if now else None
+        body: dict[str, Any] = self._check(self._http.post(f"/v1/groups/{group_id}/{action}", params=params)).json()
+        return body
+
+    def download_group(self, group_id: str, path: Path, *, on_progress: ProgressCallback | None = None) -> Path:
+        """Write the ZIP of the group's outputs to ``path`` (through ``path.part``: a file at ``path`` is whole)."""
+        partial = path.with_name(f".{path.name}.part")
+        with self._http.stream("GET", f"/v1/groups/{group_id}/output", timeout=None) as response:
+            self._check(response)
+            have = 0
+            with partial.open("wb") as out:
+                for block in response.iter_bytes(1 << 20):
+                    out.write(block)
+                    have += len(block)
+                    if on_progress is not None:
+                        on_progress(have, None)  # streamed as it is made: no length is known
+        partial.replace(path)
+        return path
 
     def job(self, job_id: str) -> JobView:
         return JobView.model_validate(self._check(self._http.get(f"/v1/jobs/{job_id}")).json())
@@ -104,6 +171,24 @@ class Client:
 
     def retry(self, job_id: str) -> JobView:
         return JobView.model_validate(self._check(self._http.post(f"/v1/jobs/{job_id}/retry")).json())
+
+    def release_worker(self, name: str) -> None:
+        """Admin keys only: release a quarantined worker."""
+        self._check(self._http.post(f"/v1/workers/{quote(name, safe='')}/release"))
+
+    def control(self, job_id: str, action: str, *, now: bool = False) -> JobView:
+        """``pause`` (``now``: stop the running chunks too), ``resume``, ``approve`` or ``reject`` the job."""
+        if action not in ("pause", "resume", "approve", "reject"):
+            raise ValueError(f"no such control: {action}")
+        params = {"now": "true"} if now else None
+        return JobView.model_validate(self._check(self._http.post(f"/v1/jobs/{job_id}/{action}", params=params)).json())
+
+    def farm(self, action: str | None = None) -> bool:
+        """Whether the farm is paused, after ``pause`` or ``resume`` (admin keys) when one is named."""
+        if action not in (None, "pause", "resume"):
+            raise ValueError(f"no such farm control: {action}")
+        response = self._http.post(f"/v1/farm/{action}") if action else self._http.get("/v1/farm")
+        return bool(self._check(response).json()["paused"])
 
     def chunks(self, job_id: str) -> ChunkList:
         """Every chunk of the job (the pages of ``/chunks`` joined)."""

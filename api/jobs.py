@@ -136,6 +136,7 @@ async def _create_job(
         job = Submission(
             target=form.target.upload, sources=[s.upload for s in form.sources], options=_parse_options(form.options),
             priority=form.priority, callback_url=form.callback_url, idempotency_key=idempotency_key,
+            audio=form.audio.upload if form.audio is not None else None,
         )  # fmt: skip
         job_id = await accept_job(request, caller, job)
     finally:

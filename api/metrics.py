@@ -10,6 +10,7 @@
   broker, whose queues can be read without taking their messages.
 * ``swapfarm_chunks_lease_overdue``: running chunks whose lease expired: their worker stopped heartbeating and the
   reaper has not re-queued them yet. Non-zero for longer than a sweep or two means no reaper runs.
+* ``swapfarm_workers_quarantined``: workers that take no work until an admin releases them (``shared.worker_health``).
 * ``swapfarm_metrics_source_up{source}``: 1 when the database (``database``) or broker (``broker``) answered this
   scrape; a source that is down drops its series from the scrape instead of failing it.
 
@@ -29,10 +30,10 @@ from prometheus_client.registry import Collector
 from sqlalchemy import func, select
 from sqlalchemy.exc import SQLAlchemyError
 
-from shared import reaper
+from shared import control, reaper
 from shared.broker import BrokerContents, broker_contents, queue_depths
 from shared.db import session_scope
-from shared.models import Chunk, Job
+from shared.models import Chunk, Job, WorkerPresence
 from shared.states import ChunkStatus, JobStatus
 
 if TYPE_CHECKING:
@@ -57,13 +58,15 @@ class FarmCollector(Collector):
             "swapfarm_metrics_source_up", "1 when the source answered this scrape, else 0", labels=["source"]
         )
         try:
-            jobs, chunks = self._states()
+            jobs, chunks, paused = self._states()
         except SQLAlchemyError as exc:
             logger.warning("metrics: database unavailable: %s", exc.__class__.__name__)
             up.add_metric(["database"], 0.0)
         else:
             yield jobs
             yield chunks
+            yield self._quarantined()
+            yield paused
             up.add_metric(["database"], 1.0)
         try:
             depths = queue_depths(self._celery)
@@ -109,7 +112,19 @@ class FarmCollector(Collector):
                 missing.add_metric([step], float(sum(work.step == step for work in lost)))
             yield missing
 
-    def _states(self) -> tuple[GaugeMetricFamily, GaugeMetricFamily]:
+    def _quarantined(self) -> GaugeMetricFamily:
+        with session_scope(self._database_url) as session:
+            count = session.scalar(
+                select(func.count()).select_from(WorkerPresence).where(WorkerPresence.quarantined_at.is_not(None))
+            )
+        gauge = GaugeMetricFamily(
+            "swapfarm_workers_quarantined",
+            "Workers quarantined (failures on several jobs) until an admin releases them",
+        )
+        gauge.add_metric([], float(count or 0))
+        return gauge
+
+    def _states(self) -> tuple[GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily]:
         with session_scope(self._database_url) as session:
             job_counts = {
                 state: n for state, n in session.execute(select(Job.status, func.count()).group_by(Job.status))
@@ -117,13 +132,16 @@ class FarmCollector(Collector):
             chunk_counts = {
                 state: n for state, n in session.execute(select(Chunk.status, func.count()).group_by(Chunk.status))
             }
+            farm_paused = control.farm_paused(session)
         jobs = GaugeMetricFamily("swapfarm_jobs", "Jobs by state", labels=["state"])
         for job_state in JobStatus:
             jobs.add_metric([job_state.value], float(job_counts.get(job_state.value, 0)))
         chunks = GaugeMetricFamily("swapfarm_chunks", "Chunks by state", labels=["state"])
         for chunk_state in ChunkStatus:
             chunks.add_metric([chunk_state.value], float(chunk_counts.get(chunk_state.value, 0)))
-        return jobs, chunks
+        paused = GaugeMetricFamily("swapfarm_farm_paused", "1 while an admin has paused the farm (no chunk starts)")
+        paused.add_metric([], 1.0 if farm_paused else 0.0)
+        return jobs, chunks, paused
 
 
 def registry_for(database_url: str, celery: Celery, *, lease_seconds: float = 15.0) -> CollectorRegistry:

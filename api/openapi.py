@@ -4,6 +4,7 @@
   ``anyOf: [X, null]``, which tells client generators (and fuzzers) that the text ``null`` is a valid value. The
   description here says ``X``, and the parameter is simply not required.
 * The overview: how to authenticate, what an error looks like, how jobs move.
+* Every operation has a short id, ``<tag>-<verb>`` (:func:`operation_id`): what generated clients name their calls.
 """
 
 from __future__ import annotations
@@ -14,8 +15,11 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
+from fastapi.routing import APIRoute
+from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
+from api.group_refs import GroupRequest
 from api.schemas import BODY_MODELS
 
 DESCRIPTION = """
@@ -33,7 +37,9 @@ job answers 404, exactly like a job that does not exist). Admin keys may list ev
 
 **A job's life.** `waiting` (for the tenant's limit of jobs running at once) → `queued` → `planning` →
 `rendering` → `stitching` → `succeeded`; or `failed` (retry it: only its unfinished chunks render again) or
-`cancelled`. Follow it with `GET /v1/jobs/{id}`, its event log, or the event stream (server-sent events).
+`cancelled`. A job can be paused (`paused`) and resumed; a job submitted with `preview: N` renders N frames
+first and waits in `awaiting_approval` until it is approved (the rest renders) or rejected. Follow it with
+`GET /v1/jobs/{id}`, its event log, or the event stream (server-sent events).
 """
 
 TAGS = [
@@ -41,8 +47,47 @@ TAGS = [
     {"name": "progress", "description": "A job's chunks and event log, and the log as server-sent events."},
     {"name": "output", "description": "The finished video, whole or by byte range."},
     {"name": "webhooks", "description": "The secret that signs the webhooks announcing a job's end."},
+    {
+        "name": "groups",
+        "description": "Batches: many targets, one option set; progress, jobs, events, cancel, retry, a ZIP of all.",
+    },
+    {"name": "workers", "description": "Admin keys: release a quarantined worker."},
+    {"name": "farm", "description": "Pause and resume the whole farm (admin keys)."},
     {"name": "health", "description": "Liveness and readiness; no key needed."},
 ]
+
+# Each route's operation id, by its function's name: what a generated client calls the operation.
+OPERATION_IDS = {
+    "create_job": "jobs-create",
+    "list_jobs": "jobs-list",
+    "get_job": "jobs-get",
+    "cancel_job": "jobs-cancel",
+    "retry_job": "jobs-retry",
+    "pause_job": "jobs-pause",
+    "resume_job": "jobs-resume",
+    "approve_job": "jobs-approve",
+    "reject_job": "jobs-reject",
+    "list_chunks": "jobs-chunks",
+    "list_events": "jobs-events",
+    "stream_events": "jobs-events-stream",
+    "get_output": "jobs-output",
+    "list_stills": "jobs-stills",
+    "get_still": "jobs-still",
+    "webhook_secret": "webhooks-secret",
+    "get_farm": "farm-get",
+    "pause_farm": "farm-pause",
+    "resume_farm": "farm-resume",
+    "healthz": "health-live",
+    "readyz": "health-ready",
+}
+
+
+def operation_id(route: APIRoute) -> str:
+    """The route's operation id: :data:`OPERATION_IDS`, else ``<tag>-<function name>`` in kebab case."""
+    if route.name in OPERATION_IDS:
+        return OPERATION_IDS[route.name]
+    tag = str(route.tags[0]) if route.tags else "api"
+    return f"{tag}-{route.name.replace('_', '-')}"
 
 
 def _without_null(schema: dict[str, Any]) -> dict[str, Any]:
@@ -52,6 +97,9 @@ def _without_null(schema: dict[str, Any]) -> dict[str, Any]:
     rest = [b for b in branches if b != {"type": "null"}]
     base = {k: v for k, v in schema.items() if k != "anyOf" and not (k == "default" and v is None)}
     return {**rest[0], **base} if len(rest) == 1 else {**base, "anyOf": rest}
+
+
+_BODY_MODELS: tuple[type[BaseModel], ...] = (*BODY_MODELS, GroupRequest)
 
 
 class SwapfarmAPI(FastAPI):
@@ -71,7 +119,8 @@ class SwapfarmAPI(FastAPI):
                 for parameter in operation.get("parameters", []):
                     parameter["schema"] = _without_null(parameter.get("schema", {}))
         _, found = models_json_schema(
-            [(model, "validation") for model in BODY_MODELS], ref_template="#/components/schemas/{model}"
+            [(model, "validation") for model in _BODY_MODELS],
+            ref_template="#/components/schemas/{model}",
         )
         components = schema.setdefault("components", {}).setdefault("schemas", {})
         for name, definition in found.get("$defs", {}).items():

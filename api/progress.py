@@ -9,14 +9,17 @@ from __future__ import annotations
 import asyncio
 import time
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
+from functools import partial
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Request
 from fastapi import Path as PathParam
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
+from pydantic import BaseModel
 from sqlalchemy import select
 
 from api.auth import Caller
@@ -27,7 +30,6 @@ from api.schemas import (
     ErrorDetail,
     EventList,
     EventView,
-    JobView,
     error_responses,
 )
 from api.slots import KeySlots, Slot
@@ -88,10 +90,8 @@ def list_events(
     return EventList(events=rows, next_after=rows[-1].id if rows else None)
 
 
-def _poll(
-    settings: Settings, caller: Principal, job_id: str, after_id: int
-) -> tuple[JobView, list[EventView], list[tuple[int, float]]]:
-    """The job, its new events and their ages.
+def _poll(settings: Settings, caller: Principal, job_id: str, after_id: int) -> Polled:
+    """The job, its new events and their ages, and whether it ended.
 
     Raises:
         UnauthorizedError: the caller's key was revoked since the stream began.
@@ -104,40 +104,76 @@ def _poll(
         view = job_view(job, progress_of(session, job), settings, tenant_names(session, caller, [job]))
         rows = events.after(session, job.id, after_id, 500)
         now = utcnow()
-        return view, [event_view(e) for e in rows], [(e.id, (now - e.at).total_seconds()) for e in rows]
+        return Polled(
+            view, [event_view(e) for e in rows], [(e.id, (now - e.at).total_seconds()) for e in rows],
+            view.status in FINISHED_JOB_STATES,
+        )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Polled:
+    """One look at what a stream follows: its view, its new events (with their ages, in seconds) and whether
+    it ended."""
+
+    view: BaseModel
+    events: Sequence[EventView]
+    ages: Sequence[tuple[int, float]]
+    ended: bool
+
+
+Poll = Callable[[int], Polled]  # the events after this id
 
 
 async def _stream(
-    request: Request, settings: Settings, caller: Principal, job_id: str, last_id: int, max_seconds: int
+    request: Request, settings: Settings, poll: Poll, kind: str, last_id: int, max_seconds: int
 ) -> AsyncIterator[str]:
     deadline = time.monotonic() + max_seconds
     settled, sent = last_id, set[int]()
-    previous: JobView | None = None
+    previous: BaseModel | None = None
     yield "retry: 2000\n\n"
     while True:
         try:
-            view, rows, ages = await run_in_threadpool(_poll, settings, caller, job_id, settled)
+            polled = await run_in_threadpool(poll, settled)
         except UnauthorizedError as exc:
             error = ErrorBody(error=ErrorDetail(code=exc.code, message=exc.message))
             yield f"event: error\ndata: {error.model_dump_json()}\n\n"
             return
-        for event in rows:
+        for event in polled.events:
             if event.id not in sent:
                 sent.add(event.id)
                 yield f"id: {event.id}\nevent: event\ndata: {event.model_dump_json()}\n\n"
-        old = [event_id for event_id, age in ages if age > _SETTLE.total_seconds()]
+        old = [event_id for event_id, age in polled.ages if age > _SETTLE.total_seconds()]
         if old:
             settled = max(settled, *old)
             sent = {i for i in sent if i > settled}
-        if view != previous:
-            previous = view
-            yield f"event: job\ndata: {view.model_dump_json()}\n\n"
-        if view.status in FINISHED_JOB_STATES:
-            yield f"event: end\ndata: {view.model_dump_json()}\n\n"
+        if polled.view != previous:
+            previous = polled.view
+            yield f"event: {kind}\ndata: {polled.view.model_dump_json()}\n\n"
+        if polled.ended:
+            yield f"event: end\ndata: {polled.view.model_dump_json()}\n\n"
             return
         if time.monotonic() > deadline or await request.is_disconnected():
             return
         await asyncio.sleep(settings.events_poll_seconds)
+
+
+async def open_stream(
+    request: Request, caller: Principal, poll: Poll, *, kind: str, last_event_id: int | None, max_seconds: int
+) -> EventStreamResponse:
+    """The events ``poll`` finds as server-sent events (``event``; ``kind``: the view whenever it changes; a last
+    ``end``), holding one of the key's stream places until it ends: the one stream behind every ``…/events/stream``.
+
+    Raises:
+        What ``poll`` raises at its first look (a 404 before the stream starts). TooManyRequestsError:
+            ``too_many_streams``, the key's places are taken.
+    """
+    settings: Settings = request.app.state.settings
+    await run_in_threadpool(poll, INT64_MAX)  # 404 before the stream starts
+    slots: KeySlots = request.app.state.stream_slots
+    slot = await slots.take(caller.key_id)
+    stream = _held(slot, _stream(request, settings, poll, kind, last_event_id or 0, max_seconds))
+    weakref.finalize(stream, slot.release_now)  # a stream never started (the client left) gives its place back too
+    return EventStreamResponse(stream, headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
 
 @router.get(
@@ -175,12 +211,10 @@ async def stream_events(
     A key has at most ``max_streams_per_key`` streams open (429 ``too_many_streams``); a stream whose key is
     revoked ends with an ``error`` event."""
     settings: Settings = request.app.state.settings
-    await run_in_threadpool(_poll, settings, caller, job_id, INT64_MAX)  # 404 before the stream starts
-    slots: KeySlots = request.app.state.stream_slots
-    slot = await slots.take(caller.key_id)
-    stream = _held(slot, _stream(request, settings, caller, job_id, last_event_id or 0, max_seconds))
-    weakref.finalize(stream, slot.release_now)  # a stream never started (the client left) gives its place back too
-    return EventStreamResponse(stream, headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    return await open_stream(
+        request, caller, partial(_poll, settings, caller, job_id), kind="job", last_event_id=last_event_id,
+        max_seconds=max_seconds,
+    )  # fmt: skip
 
 
 async def _held(slot: Slot, stream: AsyncIterator[str]) -> AsyncIterator[str]:

@@ -18,11 +18,12 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 from urllib.parse import urlsplit
 
 from fastapi import Request
 from fastapi.concurrency import run_in_threadpool
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from api.bodies import read_small
 from api.schemas import InputRef, JobRequest
@@ -35,6 +36,7 @@ from shared.tenants import Principal
 
 JSON_LIMIT = 256 * 1024  # bytes of a JSON submission
 SCHEMES = ("s3", "file")
+Body = TypeVar("Body", bound=BaseModel)
 _UNSAFE = re.compile(r"[\x00-\x20\x7f?#\\]")
 
 
@@ -105,12 +107,19 @@ def fetch(settings: Settings, ref: InputRef, local: Path, limit: int, code: str)
 
 
 def parse(body: bytes) -> JobRequest:
-    """Raises:
-    InvalidOptionsError: ``options`` fails the JobOptions schema.
-    RequestInvalidError: anything else in the body does not fit the JobRequest schema.
+    """Raises: what :func:`parse_as` raises."""
+    return parse_as(body, JobRequest)
+
+
+def parse_as(body: bytes, model: type[Body]) -> Body:
+    """``body`` as ``model`` (a JobRequest, or a group's request).
+
+    Raises:
+        InvalidOptionsError: ``options`` fails the JobOptions schema.
+        RequestInvalidError: anything else in the body does not fit the schema.
     """
     try:
-        return JobRequest.model_validate_json(body)
+        return model.model_validate_json(body)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
@@ -135,7 +144,8 @@ async def create_job_from_json(
             settings, caller, priority=body.priority, sources=len(body.sources), callback_url=body.callback_url
         )
     )
-    for ref in (body.target, *body.sources):  # refuse a bad reference before reading any
+    refs = (body.target, *body.sources, *([body.source_audio] if body.source_audio is not None else []))
+    for ref in refs:  # refuse a bad reference before reading any
         allowed_url(ref.url, settings.input_url_prefixes)
     folder = Path(tempfile.mkdtemp(prefix="swapfarm-fetch-"))
     try:
@@ -148,9 +158,15 @@ async def create_job_from_json(
             )
             for i, ref in enumerate(body.sources)
         ]
+        audio = None
+        if body.source_audio is not None:
+            audio = await run_in_threadpool(
+                fetch, settings, body.source_audio, folder / "source_audio", settings.max_audio_bytes, "audio_too_large"
+            )
         job = Submission(
             target=target.upload, sources=[s.upload for s in sources], options=body.options,
             priority=body.priority, callback_url=body.callback_url, idempotency_key=idempotency_key,
+            audio=audio.upload if audio is not None else None,
         )  # fmt: skip
         return await accept_job(request, caller, job)
     finally:

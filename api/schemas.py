@@ -43,12 +43,21 @@ _ERROR_CODES: dict[int, tuple[str, list[str]]] = {
     ),
     409: (
         "The request conflicts with the job's state or an earlier request",
-        ["job_not_cancellable", "job_not_retryable", "output_not_ready", "idempotency_conflict"],
+        [
+            "job_not_cancellable",
+            "job_not_retryable",
+            "job_not_pausable",
+            "job_not_resumable",
+            "job_not_awaiting_approval",
+            "output_not_ready",
+            "idempotency_conflict",
+            "worker_not_quarantined",
+        ],  # fmt: skip
     ),
     410: ("The job's files were deleted after the retention time", ["output_expired", "job_expired"]),
     413: (
         "Over a size limit, refused while the upload streamed",
-        ["upload_too_large", "source_too_large", "request_too_large"],
+        ["upload_too_large", "source_too_large", "audio_too_large", "request_too_large"],
     ),
     416: ("The Range header is outside the file", ["range_not_satisfiable"]),
     422: (
@@ -73,6 +82,8 @@ _ERROR_CODES: dict[int, tuple[str, list[str]]] = {
             "media_duration_invalid",
             "media_rate_invalid",
             "source_resolution_too_large",
+            "audio_unreadable",
+            "audio_too_long",
         ],
     ),
     429: (
@@ -123,6 +134,7 @@ class ChunkCounts(BaseModel):
     done: int = 0
     failed: int = 0
     cancelled: int = 0
+    held: int = Field(0, description="A previewed job's chunks waiting for the preview's approval")
 
 
 class JobView(BaseModel):
@@ -158,7 +170,10 @@ class JobView(BaseModel):
     )
 
     id: str
-    status: JobStatus = Field(description="waiting: for the tenant's limit of jobs running at once")
+    status: JobStatus = Field(
+        description="waiting: for the tenant's limit of jobs running at once; paused: until resumed; "
+        "awaiting_approval: its preview is rendered, approve or reject it"
+    )
     priority: int = Field(
         ge=MIN_PRIORITY, le=ADMIN_PRIORITY, description="0 lowest … 9 most urgent; 10: the admin band (farm-wide)"
     )
@@ -168,6 +183,10 @@ class JobView(BaseModel):
     target_name: str
     tenant: str | None = Field(description="The owning tenant's name")
     retries: int = Field(description="Times the job was retried after failing")
+    wait_reason: str | None = Field(
+        None, description="Why a job that could run waits: no_worker_with_tags (no live worker has its required_tags)"
+    )
+    group_id: str | None = Field(None, description="The group a batch submission made it in (/v1/groups)")
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
@@ -299,6 +318,9 @@ class JobRequest(BaseModel):
 
     target: InputRef = Field(description="The video whose faces are processed")
     sources: list[InputRef] = Field(default_factory=list, max_length=64, description="Source face image(s)")
+    source_audio: InputRef | None = Field(
+        None, description="The audio the mouths follow (lip_syncer): WAV, FLAC, MP3, AAC/M4A or Opus/Vorbis in Ogg"
+    )
     options: JobOptions = Field(default_factory=JobOptions)
     priority: int = Field(
         DEFAULT_PRIORITY,
@@ -329,6 +351,12 @@ SUBMISSION_BODY: dict[str, Any] = {
                         "type": "array",
                         "items": {"type": "string", "format": "binary"},
                         "description": "Source face image(s), repeated as one part each",
+                    },
+                    "source_audio": {
+                        "type": "string",
+                        "format": "binary",
+                        "description": "The audio the mouths follow (lip_syncer): WAV, FLAC, MP3, AAC/M4A or "
+                        "Opus/Vorbis in Ogg",
                     },
                     "options": {
                         "$ref": "#/components/schemas/JobOptions",

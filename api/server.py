@@ -21,6 +21,7 @@ from shared.errors import HeaderTimeoutError
 from shared.settings import Settings, get_settings
 
 MAX_HEAD_BYTES = 16 * 1024  # a request line and headers; h11's own default, stated
+LINGER_SECONDS = 1.0  # after a 408, what the client still sends is read and dropped this long before the close
 
 logger = logging.getLogger(__name__)
 
@@ -42,12 +43,15 @@ class BoundedH11Protocol(H11Protocol):
         super().__init__(*args, **kwargs)
         self._head_seconds = get_settings().header_timeout_seconds
         self._head_timer: asyncio.TimerHandle | None = None
+        self._answered = False  # the 408 is sent: the connection only drains until it closes
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._watch_head()
 
     def data_received(self, data: bytes) -> None:
+        if self._answered:
+            return
         super().data_received(data)
         self._watch_head()
 
@@ -81,7 +85,11 @@ class BoundedH11Protocol(H11Protocol):
             return
         logger.info("closing a connection that sent no whole request head in %gs", self._head_seconds)
         self.transport.write(_timed_out())
-        self.transport.close()
+        # a lingering close: closing a socket with unread bytes sends a reset, which can overtake the 408
+        self._answered = True
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+        self.loop.call_later(LINGER_SECONDS, self.transport.close)
 
 
 def uvicorn_options(settings: Settings) -> dict[str, Any]:

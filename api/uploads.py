@@ -22,6 +22,7 @@ from starlette.requests import Request
 
 from api.bodies import Body, declared_too_large
 from shared.errors import RequestInvalidError, TooLargeError
+from shared.groups import GroupResult, GroupSubmission, submit_group
 from shared.settings import Settings
 from shared.submission import Submission, Upload, submit
 from shared.tasks import DEFAULT_PRIORITY
@@ -31,9 +32,9 @@ if TYPE_CHECKING:
     from python_multipart.multipart import MultipartCallbacks
 
 FIELD_LIMIT = 64 * 1024  # bytes of a text field (options, priority)
-FILE_FIELDS = ("target", "source")
+FILE_FIELDS = ("target", "source", "source_audio")
 TEXT_FIELDS = ("options", "priority", "callback_url")
-MAX_EXTRA_FIELDS = 64  # text fields a caller's own form may add (the console's option fields)
+MAX_EXTRA_FIELDS = 96  # text fields a caller's own form may add, unless it says how many its form holds
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -52,11 +53,15 @@ class JobForm:
     priority: int
     callback_url: str | None = None
     extra: dict[str, list[str]] = field(default_factory=dict)  # fields the caller asked for, by name
+    audio: StoredFile | None = None  # source_audio, for lip_syncer
+    targets: list[StoredFile] = field(default_factory=list)  # every target, in order (a group's; a job's one)
 
 
-def body_limit(settings: Settings) -> int:
-    """The most bytes a submission may have: the target, every source, and room for the rest of the form."""
-    return settings.max_upload_bytes + settings.max_sources * settings.max_source_bytes + 1024 * 1024
+def body_limit(settings: Settings, targets: int = 1) -> int:
+    """The most bytes a submission of up to ``targets`` targets may have: the targets, every source, the source
+    audio, and room for the rest of the form."""
+    files = targets * settings.max_upload_bytes + settings.max_sources * settings.max_source_bytes
+    return files + settings.max_audio_bytes + 1024 * 1024
 
 
 @dataclass
@@ -75,8 +80,15 @@ class _Part:
 class _FormReader:
     """The parser's callbacks: one part at a time, files to ``folder``, text fields in memory."""
 
-    def __init__(self, folder: Path, settings: Settings, extra: Callable[[str], bool] | None = None) -> None:
-        self.folder, self.settings = folder, settings
+    def __init__(
+        self,
+        folder: Path,
+        settings: Settings,
+        extra: Callable[[str], bool] | None = None,
+        targets: int = 1,
+        extra_limit: int = MAX_EXTRA_FIELDS,
+    ) -> None:
+        self.folder, self.settings, self.max_targets, self.extra_limit = folder, settings, targets, extra_limit
         self.is_extra = extra or (lambda _: False)
         self.extra: dict[str, list[str]] = {}
         self.part = _Part()
@@ -118,16 +130,20 @@ class _FormReader:
         part = self.part
         part.name = name
         if extra:
-            if sum(len(v) for v in self.extra.values()) >= MAX_EXTRA_FIELDS:
-                raise RequestInvalidError(f"more than {MAX_EXTRA_FIELDS} form fields")
+            if sum(len(v) for v in self.extra.values()) >= self.extra_limit:
+                raise RequestInvalidError(f"more than {self.extra_limit} form fields")
             self.extra.setdefault(name, [])
             return
         if name in TEXT_FIELDS:
             if name in self.fields:
                 raise RequestInvalidError(f"{name}: given more than once")
             return
-        if name == "target" and self.files["target"]:
-            raise RequestInvalidError("target: one video per job")
+        if name == "target" and len(self.files["target"]) >= self.max_targets:
+            if self.max_targets == 1:
+                raise RequestInvalidError("target: one video per job")
+            raise RequestInvalidError(f"target: at most {self.max_targets} videos per group", code="group_too_large")
+        if name == "source_audio" and self.files["source_audio"]:
+            raise RequestInvalidError("source_audio: one audio file per job")
         if name == "source" and len(self.files["source"]) >= self.settings.max_sources:
             raise RequestInvalidError(
                 f"source: at most {self.settings.max_sources} source images per job", code="too_many_sources"
@@ -136,6 +152,8 @@ class _FormReader:
         part.filename = _printable(raw_name.decode("utf-8", "replace"))[:255] if raw_name is not None else None
         if name == "target":
             part.limit, part.code = self.settings.max_upload_bytes, "upload_too_large"
+        elif name == "source_audio":
+            part.limit, part.code = self.settings.max_audio_bytes, "audio_too_large"
         else:
             part.limit, part.code = self.settings.max_source_bytes, "source_too_large"
         part.path = self.folder / f"{name}-{len(self.files[name])}"
@@ -193,6 +211,8 @@ class _FormReader:
             priority=_priority(self.fields.get("priority")),
             callback_url=self.fields.get("callback_url", "").strip() or None,
             extra=self.extra,
+            targets=self.files["target"],
+            audio=self.files["source_audio"][0] if self.files["source_audio"] else None,
         )
 
 
@@ -211,15 +231,24 @@ def _priority(raw: str | None) -> int:
 
 
 async def read_job_form(
-    request: Request, folder: Path, settings: Settings, *, extra: Callable[[str], bool] | None = None
+    request: Request,
+    folder: Path,
+    settings: Settings,
+    *,
+    extra: Callable[[str], bool] | None = None,
+    targets: int = 1,
+    extra_limit: int = MAX_EXTRA_FIELDS,
 ) -> JobForm:
     """Stream the submission's parts into ``folder``; files never sit in memory.
 
-    ``extra`` names more text fields to accept (repeatable, kept in ``JobForm.extra``), e.g. a form of its own.
+    ``extra`` names more text fields to accept (repeatable, kept in ``JobForm.extra``), e.g. a form of its own;
+    ``targets``: how many ``target`` parts it may hold (a group's, ``group_too_large`` past it);
+    ``extra_limit``: how many ``extra`` values it may hold in all (the form's own count).
 
     Raises:
-        TooLargeError: the body, the target or a source is over its limit (``request_too_large``,
-            ``upload_too_large``, ``source_too_large``) — raised at the first block past it.
+        TooLargeError: the body, the target, a source or the source audio is over its limit
+            (``request_too_large``, ``upload_too_large``, ``source_too_large``, ``audio_too_large``) — raised at
+            the first block past it.
         RequestTimeoutError: ``upload_timeout``: no block arrived for ``upload_read_timeout_seconds``.
         RequestInvalidError: not a well-formed ``multipart/form-data`` body with one ``target``.
     """
@@ -227,9 +256,9 @@ async def read_job_form(
     boundary = params.get(b"boundary")
     if content_type != b"multipart/form-data" or not boundary:
         raise RequestInvalidError("the body must be multipart/form-data (with a boundary)")
-    limit = body_limit(settings)
+    limit = body_limit(settings, targets)
     declared_too_large(request, limit)
-    reader = _FormReader(folder, settings, extra)
+    reader = _FormReader(folder, settings, extra, targets, extra_limit)
     parser = MultipartParser(boundary, reader.callbacks())
     received = 0
     body = Body(request, read_timeout=settings.upload_read_timeout_seconds)
@@ -256,3 +285,10 @@ async def accept_job(request: Request, caller: Principal, job: Submission) -> st
         What ``submit`` raises.
     """
     return await run_in_threadpool(submit, request.app.state.farm, caller, job)
+
+
+async def accept_group(request: Request, caller: Principal, group: GroupSubmission) -> GroupResult:
+    """Submit a group for ``caller`` (``shared.groups.submit_group``: each member through
+    ``shared.submission.submit``, the one submit path), off the event loop: the one call behind
+    ``POST /v1/groups``."""
+    return await run_in_threadpool(submit_group, request.app.state.farm, caller, group)

@@ -50,6 +50,8 @@ def job_view(job: Job, progress: Progress, settings: Settings, tenants: dict[str
         target_name=job.target_name,
         tenant=tenants.get(job.tenant_id) if job.tenant_id else None,
         retries=job.retries,
+        wait_reason=job.wait_reason,
+        group_id=job.group_id,
         created_at=job.created_at,
         started_at=job.started_at,
         finished_at=job.finished_at,

@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from cli import keys, remote
+from cli import controls, groups, keys, remote
 from shared.options import ProcessorName, choices
 from shared.settings import get_settings
 
@@ -23,6 +23,8 @@ app.add_typer(db, name="db")
 app.add_typer(keys.keys, name="keys")
 app.add_typer(keys.tenants, name="tenants")
 remote.register(app)  # submit, status, list, cancel, retry, download: the API's client
+controls.register(app)  # pause, resume, approve, reject
+groups.register(app)  # group status|pause|resume|cancel|retry|download
 err = Console(stderr=True)
 
 try:  # the models commands need the worker extra (the model registry); the API image has none
@@ -42,7 +44,9 @@ def _processor(value: str) -> str:
 @app.command()
 def run(
     target: Annotated[Path, typer.Option(exists=True, dir_okay=False, help="The video to process")],
-    output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the result (MP4)")],
+    output: Annotated[
+        Path, typer.Option("--output", "-o", help="Where to write the result (MP4; a MOV file with prores_ks)")
+    ],
     source: Annotated[list[Path] | None, typer.Option(exists=True, dir_okay=False, help="Source face image")] = None,
     processor: Annotated[
         list[str] | None,
@@ -57,15 +61,19 @@ def run(
     output_fps: Annotated[float | None, typer.Option(help="Output frame rate (same duration)")] = None,
     workers: Annotated[int, typer.Option(min=1, help="Chunks rendered in parallel")] = 2,
     options: Annotated[str, typer.Option(help="More JobOptions as JSON")] = "{}",
+    source_audio: Annotated[
+        Path | None, typer.Option(exists=True, dir_okay=False, help="Source audio the mouths follow (lip_syncer)")
+    ] = None,
     state_dir: Annotated[Path | None, typer.Option(help="Keep the SQLite file and chunks here")] = None,
 ) -> None:
     """Run one job on this machine, without any server: the farm's own steps, in-process."""
     from cli.logs import configure
+    from shared.containers import container_of
     from shared.errors import SwapfarmError
     from shared.options import JobOptions
 
     _cap_images(get_settings().max_source_pixels)  # before OpenCV loads: it reads its cap once
-    from workers.embedded import run_local
+    from workers.local import run_local
 
     configure("WARNING", json_lines=False)
     try:
@@ -74,13 +82,13 @@ def run(
             data["processors"] = processor
         if chunk_frames:
             data["chunk_frames"] = chunk_frames
-        framing = {
+        output_frames = {
             "trim_start_frame": trim_start_frame,
             "trim_end_frame": trim_end_frame,
             "output_height": output_height,
             "output_fps": output_fps,
         }
-        data.update({key: value for key, value in framing.items() if value is not None})
+        data.update({key: value for key, value in output_frames.items() if value is not None})
         job_options = JobOptions.model_validate(data)
     except ValueError as exc:
         err.print(f"[red]options_invalid[/]: {exc}")
@@ -97,6 +105,7 @@ def run(
             result = run_local(
                 target=target,
                 sources=source or [],
+                audio=source_audio,
                 output=output,
                 options=job_options,
                 workers=workers,
@@ -113,7 +122,9 @@ def run(
     if result.status != "succeeded":
         err.print(f"[red]{result.error_code}[/]: {result.error_message}")
         raise typer.Exit(1)
-    err.print(f"wrote {output} ({result.frames_total} frames)")
+    container = container_of(job_options.encoder.encoder)
+    written = "" if output.suffix.lower() == container.extension else f", a {container.extension[1:].upper()} file"
+    err.print(f"wrote {output} ({result.frames_total} frames{written})")
 
 
 def _cap_images(max_pixels: int) -> None:
@@ -154,11 +165,24 @@ def worker(
     gpu: Annotated[
         int | None, typer.Option(min=0, help="Use only GPU N (one worker process per GPU on multi-GPU hosts)")
     ] = None,
+    tag: Annotated[
+        list[str] | None,
+        typer.Option(help="A tag of this worker (repeatable, e.g. studio-a, 48gb): jobs' required_tags need them"),
+    ] = None,
 ) -> None:
     """Run a Celery worker consuming the queues of this machine's accelerator family.
 
     Refuses to start under the name of a worker that is running (exit 2, ``worker_name_taken``). Logs are JSON
     lines when stderr is not a terminal, the banner's facts (queues and their routing) included."""
+    if tag:  # the settings' worker_tags, inherited by the pool's processes
+        import re
+
+        from shared.options import TAG_PATTERN
+
+        bad_tags = [t for t in tag if not re.fullmatch(TAG_PATTERN, t)]
+        if bad_tags:
+            raise typer.BadParameter(f"--tag {bad_tags[0]!r}: lower-case letters, digits, '.', '_', '-' (32 at most)")
+        os.environ["SWAPFARM_WORKER_TAGS"] = json.dumps(sorted(set(tag)))
     if gpu is not None:  # before anything can initialise CUDA; inherited by the pool's processes
         os.environ["CUDA_VISIBLE_DEVICES"] = os.environ["HIP_VISIBLE_DEVICES"] = str(gpu)
     from celery.utils.nodenames import default_nodename, host_format
@@ -173,7 +197,7 @@ def worker(
     import onnxruntime
 
     from shared.tasks import worker_queues
-    from workers import notices
+    from workers import degradations
     from workers.celery_app import create_app, refuse_duplicate
     from workers.engines.family import detect_family, refused_render_queues
 
@@ -182,7 +206,7 @@ def worker(
     providers = onnxruntime.get_available_providers()
     refused, reason = refused_render_queues(family, providers, settings.execution_providers)
     if reason:
-        notices.report("gpu_provider_missing", reason)  # counted before the pool forks: its processes serve it
+        degradations.report("gpu_provider_missing", reason)  # counted before the pool forks: its processes serve it
         err.print(f"[red]gpu_provider_missing[/]: {reason}")
         wanted = [q for q in wanted if q not in refused]
         if not wanted:

@@ -14,8 +14,10 @@ from rich.markup import escape
 from rich.text import Text
 
 from cli.output import Cell, Column, print_json, show
-from shared.errors import ModelError
+from shared.errors import LicenceDisabledError, ModelError
+from shared.licences import LICENCES, disabled
 from shared.settings import get_settings
+from workers.models.custom import custom_models, custom_spec
 from workers.models.registry import REGISTRY
 
 app = typer.Typer(help="List, download and verify the face models.", no_args_is_help=True)
@@ -30,8 +32,12 @@ def _size(size_bytes: int | None) -> str:
 
 @app.command("list")
 def list_models(as_json: Json = False) -> None:
-    """Show every known model: kind, size, file, whether a sha256 is known, and its licence."""
-    specs = list(REGISTRY.values())
+    """Show every known model: kind, size, file, whether a sha256 is known, its licence, and whether the farm's
+    ``disabled_licences`` setting disables it; and the operator's deep swapper models in the models folder's
+    custom/ (as custom/<stem>)."""
+    settings = get_settings()
+    specs = [*REGISTRY.values(), *(custom_spec(name, path) for name, path in custom_models(settings).items())]
+    rules = settings.disabled_licences
     if as_json:
         print_json(
             [
@@ -44,6 +50,9 @@ def list_models(as_json: Json = False) -> None:
                     "sha256": s.sha256,
                     "input_size": s.input_size,
                     "licence": s.licence,
+                    "licence_id": s.licence_id,
+                    "commercial_use": LICENCES[s.licence_id].commercial,
+                    "disabled": disabled(s.licence_id, rules),
                 }
                 for s in specs
             ]
@@ -56,6 +65,8 @@ def list_models(as_json: Json = False) -> None:
         Column("sha256", inline=True, labelled=True),
         Column("file"),
         Column("base"),
+        Column("licence id"),
+        Column("use", inline=True),
         Column("licence"),
     ]
     rows: list[list[Cell]] = [
@@ -66,6 +77,8 @@ def list_models(as_json: Json = False) -> None:
             s.sha256[:12] + "…" if s.sha256 else Text("unknown", style="yellow"),
             s.file_name,
             s.base,
+            s.licence_id,
+            Text("disabled", style="red") if disabled(s.licence_id, rules) else Text("allowed", style="green"),
             s.licence,
         ]
         for s in specs
@@ -86,7 +99,7 @@ def download(
     for name in names:
         try:
             console.print(f"{escape(name)}: {escape(str(resolve(name, settings)))}", soft_wrap=True)
-        except ModelError as error:
+        except (ModelError, LicenceDisabledError) as error:
             console.print(f"[red]{escape(name)}: {escape(str(error))}[/]")
             failed = True
     if failed:

@@ -165,31 +165,72 @@ def _processor(values: list[str] | None) -> list[str]:
     return values or []
 
 
+def _targets(values: list[str]) -> list[Path]:
+    """The targets as given, a quoted glob (``'takes/*.mp4'``) expanded here, in sorted order."""
+    import glob
+
+    found: list[Path] = []
+    for value in values:
+        if any(c in value for c in "*?[") and not Path(value).exists():
+            matched = sorted(glob.glob(value))
+            if not matched:
+                raise typer.BadParameter(f"{value!r} matches no file")
+            found += [Path(m) for m in matched]
+        else:
+            found.append(Path(value))
+    for path in found:
+        if not path.is_file():
+            raise typer.BadParameter(f"{str(path)!r} is not a file")
+    return found
+
+
 def submit(
-    target: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="The video to process")],
+    target: Annotated[
+        list[str], typer.Argument(help="The video(s) to process; several (or a quoted glob) make a job group")
+    ],
     source: Annotated[list[Path] | None, typer.Option(exists=True, dir_okay=False, help="Source face image")] = None,
     processor: Annotated[
         list[str] | None, typer.Option(callback=_processor, help="Processor, in order; repeatable")
     ] = None,
     options: Annotated[str, typer.Option(help="More JobOptions as JSON")] = "{}",
+    source_audio: Annotated[
+        Path | None, typer.Option(exists=True, dir_okay=False, help="Source audio the mouths follow (lip_syncer)")
+    ] = None,
     priority: Annotated[
         int | None, typer.Option(min=0, max=10, help="0 lowest … 9 most urgent; 10: farm-wide (admin keys)")
     ] = None,
     idempotency_key: Annotated[str | None, typer.Option(help="Submitting again with it answers the same job")] = None,
+    name: Annotated[str, typer.Option(help="A group's label (several targets)")] = "",
+    partial: Annotated[bool, typer.Option(help="A group: refused targets are listed, the others go ahead")] = False,
     watch: Annotated[bool, typer.Option(help="Follow the job until it ends")] = False,
     every: Every = 10.0,
     url: Url = None,
     key: Key = None,
 ) -> None:
-    """Submit a job to the farm; prints its id (and follows it with --watch)."""
+    """Submit a job to the farm; prints its id (and follows it with --watch). Several targets make a job group:
+    prints the group's id, then each job's."""
     try:
         data = json.loads(options)
     except ValueError as exc:
         raise typer.BadParameter(f"--options: {exc}") from exc
     if processor:
         data["processors"] = processor
+    targets = _targets(target)
     with _client(url, key) as client:
-        job = client.submit(target, source or [], options=data, priority=priority, idempotency_key=idempotency_key)
+        if len(targets) > 1:
+            group = client.submit_group(
+                targets, source or [], options=data, priority=priority, name=name, partial=partial
+            )
+            out.print(group["id"], highlight=False, soft_wrap=True)
+            for job_id in group["job_ids"]:
+                out.print(f"  {job_id}", highlight=False, soft_wrap=True)
+            for refused in group["refused"]:
+                err.print(f"[red]{refused['code']}[/]: {refused['target_name']}: {refused['message']}", soft_wrap=True)
+            return
+        job = client.submit(
+            targets[0], source or [], options=data, priority=priority, idempotency_key=idempotency_key,
+            audio=source_audio,
+        )  # fmt: skip
         out.print(job.id, highlight=False, soft_wrap=True)
         if watch:
             _finish(_watch(client, job.id, every))
@@ -318,6 +359,17 @@ def download(
     err.print(f"wrote {output}")
 
 
+def release_worker(
+    name: Annotated[str, typer.Argument(help="The worker's name, as the workers page shows it to an admin")],
+    url: Url = None,
+    key: Key = None,
+) -> None:
+    """Admin keys only: release a quarantined worker (it failed chunks of several jobs); it takes work again."""
+    with _client(url, key) as client:
+        client.release_worker(name)
+    out.print(f"{name}: released", highlight=False, soft_wrap=True)
+
+
 def register(app: typer.Typer) -> None:
     app.command()(submit)
     app.command()(status)
@@ -325,3 +377,4 @@ def register(app: typer.Typer) -> None:
     app.command()(cancel)
     app.command()(retry)
     app.command()(download)
+    app.command("release-worker")(release_worker)

@@ -11,7 +11,7 @@ from pathlib import Path
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
-from api.ui import job, listing, signing, submitting
+from api.ui import batches, farm_controls, job, listing, signing, submitting
 from api.ui.sessions import SignInRequired
 
 __all__ = ["mount"]
@@ -20,7 +20,7 @@ __all__ = ["mount"]
 def mount(app: FastAPI) -> None:
     """Add the console's pages, its static files and its sign-in redirect to ``app``."""
     # In this order: /ui/jobs/new and /ui/jobs/rows before /ui/jobs/{job_id}.
-    for part in (signing, listing, submitting, job):
+    for part in (signing, listing, submitting, job, batches, farm_controls):
         app.include_router(part.router)
     app.mount("/ui/static", StaticFiles(directory=Path(__file__).parent / "static"), name="ui-static")
     app.add_exception_handler(SignInRequired, signing.sign_in_required)

@@ -49,6 +49,8 @@ class WorkerRow:
     busy: bool  # rendering a chunk (shown as such when the chunk is not the viewer's)
     fps: float | None
     last_seen: datetime | None
+    tags: str = ""  # comma-joined
+    quarantine: str | None = None  # why it takes no work until released (``shared.worker_health``), else None
 
 
 def worker_rows(session: Session, viewer: Principal, heartbeat_seconds: float) -> list[WorkerRow]:
@@ -107,6 +109,10 @@ def worker_rows(session: Session, viewer: Principal, heartbeat_seconds: float) -
                 busy=name in current,
                 fps=fps.get(name),
                 last_seen=last_seen,
+                tags=presence.tags if presence else "",
+                quarantine=(presence.quarantine_reason or "quarantined")
+                if presence is not None and presence.quarantined_at is not None
+                else None,
             )
         )
     return _as_seen_by(viewer, rows, owners)

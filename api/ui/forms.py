@@ -30,7 +30,7 @@ ESSENTIAL = (
     "output_height",
     "output_fps",
 )
-Kind = Literal["select", "checkboxes", "number", "checkbox", "numbers"]
+Kind = Literal["select", "checkboxes", "number", "checkbox", "numbers", "strings", "text"]
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,7 @@ class OptionField:
     minimum: str | None = None
     maximum: str | None = None
     step: str = "any"
+    values: tuple[Any, ...] = ()  # a select's choices as the schema types them (192, not "192")
 
     @property
     def name(self) -> str:
@@ -95,14 +96,23 @@ def _field(path: str, node: dict[str, Any], defs: Mapping[str, Any]) -> OptionFi
     branches = [_resolve(b, defs) for b in node.get("anyOf", [node])]
     optional = any(b.get("type") == "null" for b in branches)
     typed = [b for b in branches if b.get("type") != "null"]
-    choices = [str(c) for b in typed for c in b.get("enum", [b["const"]] if "const" in b else [])]
+    values = [c for b in typed for c in b.get("enum", [b["const"]] if "const" in b else [])]
+    choices = [str(c) for c in values]
+    if choices and any(b.get("type") == "string" and "enum" not in b and "const" not in b for b in typed):
+        # choices that also take a name of the caller's (deep_swapper.model: custom/<stem>): text, choices suggested
+        return OptionField(**common, kind="text", choices=tuple(choices), default=_text(default), optional=optional)
     if choices and len(choices) == sum(len(b.get("enum", [])) or ("const" in b) for b in typed):
-        return OptionField(**common, kind="select", choices=tuple(choices), default=_text(default), optional=optional)
+        return OptionField(
+            **common, kind="select", choices=tuple(choices), values=tuple(values), default=_text(default),
+            optional=optional,
+        )  # fmt: skip
     first = typed[0]
     kind = first.get("type")
     if kind == "array" and "enum" in first.get("items", {}):
         items = tuple(str(c) for c in first["items"]["enum"])
         return OptionField(**common, kind="checkboxes", choices=items, default=_text(default))
+    if kind == "array" and first.get("items", {}).get("type") == "string":  # free words, e.g. required_tags
+        return OptionField(**common, kind="strings", default=_text(default))
     if kind == "array":  # a fixed-length tuple of numbers, e.g. mask padding
         return OptionField(**common, kind="numbers", default=_text(default))
     if kind == "boolean":
@@ -140,6 +150,21 @@ def option_fields() -> tuple[OptionField, ...]:
         return found
 
     return tuple(walk(schema["properties"], ""))
+
+
+@cache
+def form_value_count() -> int:
+    """How many values the submit form posts at most: one per field, one per box of a checkbox group and the empty
+    value each box group and checkbox also sends, and the CSRF token; the upload reader refuses a post with more."""
+    count = 1
+    for field in option_fields():
+        if field.kind == "checkboxes":
+            count += len(field.choices) + 1
+        elif field.kind == "checkbox":
+            count += 2
+        else:
+            count += 1
+    return count
 
 
 class OptionsInvalid(Exception):
@@ -180,8 +205,14 @@ def read_options(form: Mapping[str, list[str]]) -> JobOptions:
         value = values[-1] if values else ""
         if not value:
             continue  # left to the preset or the default
-        if field.kind == "select":
+        if field.kind == "text":
             _set(data, field.path, value)
+            continue
+        if field.kind == "select":  # the choice as the schema types it: a number choice is sent as its text
+            _set(data, field.path, dict(zip(field.choices, field.values, strict=True)).get(value, value))
+            continue
+        if field.kind == "strings":  # comma-separated; the options' own rules judge each word
+            _set(data, field.path, [part.strip() for part in value.split(",") if part.strip()])
             continue
         try:
             if field.kind == "numbers":

@@ -1,44 +1,36 @@
 """A job's page: status, progress and times, the chunk map, the event log (live while the job runs), the
-before/after stills, the output in a ``<video>`` (Range requests), download, cancel and retry."""
+before/after stills, the output in a ``<video>`` (Range requests), download, and its controls: cancel, retry,
+pause (now), resume, approve and reject; why a job that could run waits (its ``wait_reason``)."""
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
+from fastapi.responses import HTMLResponse, Response, StreamingResponse
 from sqlalchemy import select
 
 from api import output
-from api.bodies import read_form
 from api.schemas import ChunkView, EventView
-from api.ui.rendering import (
-    JobId,
-    Look,
-    forbidden,
-    not_found,
-    page,
-    refused,
-)
-from api.ui.sessions import (
-    Viewer,
-    csrf_ok,
-)
+from api.ui.actions import perform
+from api.ui.rendering import JobId, Look, not_found, page
+from api.ui.sessions import Viewer
 from api.views import chunk_view, event_view, job_view, tenant_names
 from shared import control
 from shared.db import session_scope
-from shared.errors import NotFoundError, SwapfarmError
+from shared.errors import NotFoundError, NoWorkerWithTagsError
+from shared.farm import Farm
 from shared.models import Chunk, JobEvent
 from shared.progress import progress_of
 from shared.settings import Settings
-from shared.states import FINISHED_JOB_STATES, JobStatus
+from shared.states import FINISHED_JOB_STATES, PAUSABLE_JOB_STATES, JobStatus
 from shared.storage import Storage
-from shared.tenants import owned_job
+from shared.tenants import Principal, owned_job
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 MAX_CHUNKS = 5000  # cells on a chunk map
@@ -78,6 +70,7 @@ def _job_context(request: Request, viewer: Viewer, job_id: str) -> dict[str, Any
     settings: Settings = request.app.state.settings
     with session_scope(settings.database_url) as session:
         job = owned_job(session, viewer.principal, job_id)
+        required_tags = [tag for tag in job.required_tags.split(",") if tag]
         view = job_view(job, progress_of(session, job), settings, tenant_names(session, viewer.principal, [job]))
         chunks: list[ChunkView] = [
             chunk_view(c)
@@ -95,6 +88,7 @@ def _job_context(request: Request, viewer: Viewer, job_id: str) -> dict[str, Any
         ]
     finished = view.status in FINISHED_JOB_STATES
     playable = view.status == JobStatus.SUCCEEDED and not view.expired
+    previewed = view.status == JobStatus.AWAITING_APPROVAL
     return {
         "viewer": viewer,
         "job": view,
@@ -102,7 +96,10 @@ def _job_context(request: Request, viewer: Viewer, job_id: str) -> dict[str, Any
         "events": recent,
         "finished": finished,
         "playable": playable,
-        "stills": _stills(request.app.state.storage, job_id) if playable else [],
+        "stills": _stills(request.app.state.storage, job_id) if playable or previewed else [],
+        "controls": CONTROLS.get(JobStatus(view.status), ()),
+        "required_tags": required_tags,
+        "wait_text": WAIT_REASONS.get(view.wait_reason or "", view.wait_reason),
         "can_cancel": not finished,
         "can_retry": view.status == JobStatus.FAILED and not view.expired,
     }
@@ -124,25 +121,30 @@ def job_live(request: Request, viewer: Look, job_id: str) -> HTMLResponse:
         return not_found(request, viewer, job_id)
 
 
+# The job page's buttons for a job in each state (the action is a ``shared.control`` function, ``ACTIONS``)
+CONTROLS: dict[JobStatus, tuple[tuple[str, str], ...]] = {
+    **{s: (("pause", "Pause the job"),) for s in PAUSABLE_JOB_STATES},
+    # only a rendering job has running chunks to stop
+    JobStatus.RENDERING: (("pause", "Pause the job"), ("pause-now", "Pause now, stopping its running chunks")),
+    JobStatus.PAUSED: (("resume", "Resume the job"),),
+    JobStatus.AWAITING_APPROVAL: (("approve", "Approve the preview"), ("reject", "Reject the preview")),
+}
+ACTIONS: dict[str, Callable[[Farm, Principal, str], None]] = {
+    "cancel": control.cancel, "retry": control.retry, "pause": control.pause,
+    "pause-now": partial(control.pause, now=True), "resume": control.resume, "approve": control.approve,
+    "reject": control.reject,
+}  # fmt: skip
+# What a job's ``wait_reason`` means, in a sentence (the code is shown beside it)
+WAIT_REASONS = {NoWorkerWithTagsError.code: "no live worker has every tag this job requires"}
+
+
 async def _act(request: Request, viewer: Viewer, job_id: str, action: str) -> Response:
-    """Cancel or retry from the job page: ``shared.control.cancel`` / ``retry``, as ``POST /v1/jobs/{id}/…``;
-    a refusal is a page with its message and the status ``/v1`` answers it with."""
-    form = await read_form(request)
-    if not csrf_ok(viewer, form.get("csrf_token")):
-        return forbidden(request, viewer)
-    change = control.cancel if action == "cancel" else control.retry
-    try:
-        await run_in_threadpool(change, request.app.state.farm, viewer.principal, job_id)
-    except NotFoundError:
-        return not_found(request, viewer, job_id)
-    except SwapfarmError as exc:
-        if exc.http_status >= 500:
-            raise
-        return refused(request, viewer, exc)
-    where = f"/ui/jobs/{job_id}"
-    if request.headers.get("hx-request"):
-        return Response(status_code=200, headers={"HX-Redirect": where})
-    return RedirectResponse(where, status_code=303)
+    """A job page's button: ``shared.control``'s function for ``action``, as ``POST /v1/jobs/{id}/…`` calls it."""
+    change = ACTIONS[action]
+    return await perform(
+        request, viewer, lambda: change(request.app.state.farm, viewer.principal, job_id),
+        back=lambda form: f"/ui/jobs/{job_id}", missing=lambda: not_found(request, viewer, job_id),
+    )  # fmt: skip
 
 
 @router.post("/jobs/{job_id}/cancel")
@@ -153,6 +155,14 @@ async def cancel(request: Request, viewer: Look, job_id: JobId) -> Response:
 @router.post("/jobs/{job_id}/retry")
 async def retry(request: Request, viewer: Look, job_id: JobId) -> Response:
     return await _act(request, viewer, job_id, "retry")
+
+
+@router.post("/jobs/{job_id}/{action}")
+async def job_control(request: Request, viewer: Look, job_id: JobId, action: str) -> Response:
+    """Pause (now), resume, approve or reject (``ACTIONS``); any other name is not found."""
+    if action not in ACTIONS:
+        return not_found(request, viewer, job_id)
+    return await _act(request, viewer, job_id, action)
 
 
 @router.get("/jobs/{job_id}/output")

@@ -23,6 +23,7 @@ from api.ui.sessions import (
     Viewer,
 )
 from api.views import job_view, page_progress, tenant_names
+from shared import control
 from shared.db import session_scope
 from shared.models import Job, Tenant
 from shared.progress import progress_of
@@ -117,7 +118,8 @@ def _workers_context(request: Request, viewer: Viewer) -> dict[str, Any]:
     settings: Settings = request.app.state.settings
     with session_scope(settings.database_url) as session:
         rows = fleet.worker_rows(session, viewer.principal, settings.heartbeat_seconds)
-    return {"viewer": viewer, "workers": rows}
+        paused = control.farm_paused(session)
+    return {"viewer": viewer, "workers": rows, "farm_paused": paused}
 
 
 @router.get("/workers", response_class=HTMLResponse)

@@ -14,7 +14,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from api.slots import KeySlots
-from api.ui.forms import PREFIX, OptionsInvalid, form_values, option_fields, read_options
+from api.ui.forms import PREFIX, OptionsInvalid, form_value_count, form_values, option_fields, read_options
 from api.ui.rendering import (
     Look,
     forbidden,
@@ -43,6 +43,9 @@ _CODE_FIELDS = {
     "source_invalid": "source",
     "source_too_large": "source",
     "too_many_sources": "source",
+    "audio_unreadable": "source_audio",
+    "audio_too_long": "source_audio",
+    "audio_too_large": "source_audio",
     "callback_url_invalid": "callback_url",
     "callback_url_forbidden": "callback_url",
 }
@@ -50,11 +53,13 @@ _CODE_FIELDS = {
 
 def _field_of(error: SwapfarmError) -> str:
     """The form field an error is about, shown next to it (``""``: the whole form)."""
-    for name in ("target", "source", "priority", "callback_url"):
+    for name in ("target", "source_audio", "source", "priority", "callback_url"):
         if error.message.startswith(f"{name}:"):
             return name
     if error.code == "options_invalid" and "source image" in error.message:
         return "source"
+    if error.code in {"options_invalid", "media_format_refused"} and "source audio" in error.message:
+        return "source_audio"
     for name in ("trim_start_frame", "trim_end_frame"):  # a range the video or its start refuses
         if error.code in {"trim_out_of_range", "options_invalid"} and error.message.startswith(name):
             return name
@@ -98,7 +103,7 @@ async def submit_form(request: Request, viewer: Look) -> Response:
     slots: KeySlots = request.app.state.upload_slots
     try:
         async with slots.hold(viewer.principal.key_id):  # the key's upload places, shared with POST /v1/jobs
-            form = await read_job_form(request, folder, settings, extra=_accept_field)
+            form = await read_job_form(request, folder, settings, extra=_accept_field, extra_limit=form_value_count())
             values = form.extra
             fields = {"callback_url": form.callback_url or "", "priority": str(form.priority)}
             if not csrf_ok(viewer, next(reversed(form.extra.get("csrf_token", [])), None)):
@@ -106,6 +111,7 @@ async def submit_form(request: Request, viewer: Look) -> Response:
             job = Submission(
                 target=form.target.upload, sources=[s.upload for s in form.sources],
                 options=read_options(form.extra), priority=form.priority, callback_url=form.callback_url,
+                audio=form.audio.upload if form.audio is not None else None,
             )  # fmt: skip
             job_id = await accept_job(request, viewer.principal, job)
     except OptionsInvalid as exc:
