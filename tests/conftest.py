@@ -25,6 +25,8 @@ PG_ADMIN = os.environ.get("SWAPFARM_TEST_PG_ADMIN", "postgresql://postgres@127.0
 REDIS_BASE = os.environ.get("SWAPFARM_TEST_REDIS", "redis://127.0.0.1:6379")
 # One Redis database per concurrent test run (tests flush it); 11 unless told otherwise.
 REDIS_DB = int(os.environ.get("SWAPFARM_TEST_REDIS_DB", "11"))
+# Set in each process of a pytest-xdist run (gw0, gw1 …): such a process brings its own Redis server.
+XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
 
 # SWAPFARM_TEST_PROFILE=FILE writes a per-test wall and CPU profile (tests/support/cpu_profile.py).
 pytest_plugins = ["tests.support.cpu_profile"]
@@ -43,6 +45,15 @@ def database_url() -> Iterator[str]:
     dispose_engines()
     with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(autouse=True)
+def _process_degradations_kept_to_the_test(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sticky degradation (a provider fallback) concerns every later job of the process that hit it: one a test
+    provokes in this process must not land on the jobs of the next test run here (pytest-xdist mixes modules)."""
+    from workers import degradations
+
+    monkeypatch.setattr(degradations, "_sticky", {})
 
 
 @pytest.fixture(autouse=True)
@@ -71,21 +82,33 @@ def _no_live_work_left(request: pytest.FixtureRequest) -> Iterator[None]:
 
 
 @pytest.fixture(scope="session")
-def broker_url() -> str:
-    url = f"{REDIS_BASE}/{REDIS_DB}"
-    redis.Redis.from_url(url).flushdb()
-    return url
+def broker_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The session's Redis database (tests flush it). In a pytest-xdist run each worker process starts a Redis
+    server of its own on a spare port (a few MB, started in milliseconds): the machine's server has only 16
+    databases, shared by every run on it, and two workers flushing one database would drop each other's work."""
+    if XDIST_WORKER is None:
+        url = f"{REDIS_BASE}/{REDIS_DB}"
+        redis.Redis.from_url(url).flushdb()
+        yield url
+        return
+    from tests.support.servers import RedisServer
+
+    server = RedisServer(tmp_path_factory.mktemp(f"redis-{XDIST_WORKER}") / "redis.log")
+    server.start()
+    try:
+        yield server.url
+    finally:
+        server.stop()
 
 
-@pytest.fixture
-def settings(database_url: str, broker_url: str, tmp_path: Path) -> Settings:
+def _test_settings(database_url: str, broker_url: str, folder: Path) -> Settings:
     redis.Redis.from_url(broker_url).flushdb()
     return Settings(
         environment="test",
         database_url=database_url,
         broker_url=broker_url,
-        storage_url=f"file://{tmp_path / 'storage'}",
-        work_dir=tmp_path / "work",
+        storage_url=f"file://{folder / 'storage'}",
+        work_dir=folder / "work",
         lease_seconds=4,
         heartbeat_seconds=1,
         reap_interval_seconds=1,
@@ -93,6 +116,22 @@ def settings(database_url: str, broker_url: str, tmp_path: Path) -> Settings:
         retry_backoff_seconds=0.2,
         batch_size=8,
     )
+
+
+@pytest.fixture(scope="module")
+def module_settings(database_url: str, broker_url: str, tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    """The settings every test of a ``shared_farm`` module runs under (one storage and work folder), so that they
+    can share the farm's processes (``tests/support/farm_pool.py``)."""
+    return _test_settings(database_url, broker_url, tmp_path_factory.mktemp("module"))
+
+
+@pytest.fixture
+def settings(request: pytest.FixtureRequest, database_url: str, broker_url: str, tmp_path: Path) -> Settings:
+    """A test's settings: its own storage and work folder, the Redis database emptied; in a module marked
+    ``shared_farm``, the module's."""
+    if request.node.get_closest_marker("shared_farm"):
+        return request.getfixturevalue("module_settings")  # type: ignore[no-any-return]
+    return _test_settings(database_url, broker_url, tmp_path)
 
 
 @pytest.fixture

@@ -12,7 +12,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from api.app import create_app
+from api.ui.forms import form_value_count
 from shared.db import session_scope
+from shared.models import Job
 from shared.settings import Settings
 from shared.tenants import revoke_key
 from tests.support.tenants import bearer, make_key
@@ -180,3 +182,49 @@ def test_the_submit_form_shows_each_error_next_to_its_field(
     assert made.status_code == 303
     job = app_client.get(made.headers["location"].replace("/ui/", "/v1/"), headers=bearer(key)).json()
     assert job["priority"] == 7
+
+
+def test_the_submit_form_posts_a_job_that_requires_worker_tags(
+    app_client: TestClient, settings: Settings, clip_short: Path
+) -> None:
+    key = make_key(settings)
+    form = app_client.get("/ui/jobs/new", headers=bearer(key))
+    field = re.search(r'<input id="opt-required-tags"[^>]*>', form.text)
+    assert field is not None and 'type="text"' in field.group(0) and "numeric" not in field.group(0)
+    made = app_client.post(
+        "/ui/jobs",
+        headers=bearer(key),
+        files={"target": ("c.mp4", clip_short.read_bytes(), "video/mp4")},
+        data={"options.processors": "passthrough", "options.required_tags": "studio-a, 48gb"},
+    )
+    assert made.status_code == 303, made.text
+    job_id = made.headers["location"].rsplit("/", 1)[-1]
+    with session_scope(settings.database_url) as session:
+        job = session.get(Job, job_id)
+        assert job is not None and job.options["required_tags"] == ["studio-a", "48gb"]
+        assert job.required_tags == "48gb,studio-a", "the farm routes it by its tags"
+
+
+def test_the_whole_submit_form_is_accepted_and_one_value_more_is_refused(
+    app_client: TestClient, settings: Settings, clip_short: Path
+) -> None:
+    """A browser posts every field of the form (a hidden empty value beside each box): however many options the
+    processors bring, that whole post fits the upload reader's cap, and a post past the form's own count does not."""
+    key = make_key(settings)
+    form = app_client.get("/ui/jobs/new", headers=bearer(key)).text
+    fields = re.findall(r'<(?:input|select|textarea)\b[^>]*\bname="options\.[^"]+"[^>]*>', form)
+    assert len(fields) > 96, "the form outgrew the fixed cap it once had"
+    data: dict[str, list[str]] = {}
+    for tag in fields:  # every field, a box's value where the page checks it (a preset's defaults), else empty
+        name = re.search(r'name="([^"]+)"', tag)
+        value = re.search(r'value="([^"]*)"', tag)
+        checked = " checked" in tag and 'type="checkbox"' in tag
+        assert name is not None
+        data.setdefault(name.group(1), []).append(value.group(1) if checked and value else "")
+    data["options.processors"] = ["passthrough"] + [""] * (len(data["options.processors"]) - 1)
+    target = {"target": ("c.mp4", clip_short.read_bytes(), "video/mp4")}
+    made = app_client.post("/ui/jobs", headers=bearer(key), files=target, data=data)
+    assert made.status_code == 303, re.findall(r'role="alert"[^>]*>([^<]+)<', made.text)
+    data["options.encoder.quality"] += [""] * 2
+    refused = app_client.post("/ui/jobs", headers=bearer(key), files=target, data=data)
+    assert refused.status_code == 422 and f"more than {form_value_count()} form fields" in refused.text

@@ -17,7 +17,7 @@ from shared.models import utcnow
 from shared.settings import Settings
 from shared.webhooks import Claim, check_callback_url
 from tests.support.tenants import bearer, make_key
-from workers.webhooks import attempt
+from workers.webhook_delivery import attempt
 
 # (address, what it stands for): every one of them reaches a host that is not public where it is translated.
 FORBIDDEN = [

@@ -28,6 +28,7 @@ from tests.support.media import make_clip
 from tests.support.tenants import bearer, make_key
 
 PASSTHROUGH: dict[str, Any] = {"processors": ["passthrough"]}
+TRANSPARENT: dict[str, Any] = {"processors": ["background_remover"], "background_remover": {"transparent": True}}
 ACCEPTED = "accepted"  # 202 (or 200) from /v1, 303 to the job's page from the console
 
 
@@ -118,13 +119,18 @@ def _v1_json(caller: Caller, clip: Path, ask: Ask) -> Answer:
 
 
 def _fields(options: dict[str, Any], prefix: str = "options.") -> list[tuple[str, str]]:
-    """Options as the console's form sends them: ``options.<path>`` fields, a list as repeated fields."""
+    """Options as the console's form sends them: ``options.<path>`` fields, a list of choices as repeated fields, a
+    list of numbers as one field of them separated by commas, a box that is ticked as ``on``."""
     out: list[tuple[str, str]] = []
     for name, value in options.items():
         if isinstance(value, dict):
             out += _fields(value, f"{prefix}{name}.")
+        elif isinstance(value, list) and all(isinstance(v, int) for v in value):
+            out.append((prefix + name, ",".join(str(v) for v in value)))
         elif isinstance(value, list):
             out += [(prefix + name, str(v)) for v in value]
+        elif isinstance(value, bool):
+            out.append((prefix + name, "on" if value else ""))
         else:
             out.append((prefix + name, str(value)))
     return out
@@ -165,6 +171,47 @@ SUBMIT_RULES = {
     "admin-band-for-an-admin": Rule(Ask(priority=10), ACCEPTED, admin=True),
     "invalid-options": Rule(Ask(options={**PASSTHROUGH, "encoder": {"quality": 101}}), 422, "options_invalid"),
     "enhancer-not-last": Rule(Ask(options={"processors": ["frame_enhancer", "face_blur"]}), 422, "options_invalid"),
+    "colorizer-after-enhancer": Rule(
+        Ask(options={"processors": ["frame_enhancer", "frame_colorizer"]}), 422, "options_invalid"
+    ),  # fmt: skip
+    "colorizer-size-not-offered": Rule(
+        Ask(options={"processors": ["frame_colorizer"], "frame_colorizer": {"size": 200}}), 422, "options_invalid"
+    ),  # fmt: skip
+    "age-after-enhancer": Rule(
+        Ask(options={"processors": ["face_enhancer", "age_modifier"]}), 422, "options_invalid"
+    ),  # fmt: skip
+    "deep-swapper-model-as-a-path": Rule(
+        Ask(options={"processors": ["deep_swapper"], "deep_swapper": {"model": "../models/x"}}), 422, "options_invalid"
+    ),  # fmt: skip
+    "deep-swapper-custom-model": Rule(
+        Ask(options={"processors": ["deep_swapper"], "deep_swapper": {"model": "custom/mine", "morph": 60}}), ACCEPTED
+    ),  # the name is checked against the workers' custom/ folder when the model is loaded
+    "restorer-before-the-swap": Rule(
+        Ask(options={"processors": ["expression_restorer", "face_swapper"]}), 422, "options_invalid"
+    ),  # fmt: skip
+    "editor-control-off-its-step": Rule(
+        Ask(options={"processors": ["face_editor"], "face_editor": {"head_yaw": 0.33}}), 422, "options_invalid"
+    ),  # fmt: skip
+    "remover-after-enhancer": Rule(
+        Ask(options={"processors": ["frame_enhancer", "background_remover"]}), 422, "options_invalid"
+    ),  # fmt: skip
+    "transparency-from-an-encoder-without-alpha": Rule(Ask(options=TRANSPARENT), 422, "options_invalid"),
+    "transparency-in-prores": Rule(Ask(options={**TRANSPARENT, "encoder": {"encoder": "prores_ks"}}), ACCEPTED),
+    "model-of-a-disabled-licence": Rule(
+        Ask(options={"processors": ["background_remover"], "background_remover": {"model": "rmbg_2.0"}}),
+        422,
+        "model_licence_disabled",
+        {"disabled_licences": ["non-commercial"]},
+    ),  # fmt: skip
+    "companion-model-of-a-disabled-licence": Rule(  # ghost's own licence is Apache-2.0; the recogniser's is not
+        Ask(options={"processors": ["face_swapper"], "face": {"swapper": "ghost_1_256"}}),
+        422,
+        "model_licence_disabled",
+        {"disabled_licences": ["insightface"]},
+    ),  # fmt: skip
+    "model-of-an-allowed-licence": Rule(
+        Ask(options={"processors": ["background_remover"]}), ACCEPTED, None, {"disabled_licences": ["non-commercial"]}
+    ),  # fmt: skip
     "callback-to-loopback": Rule(Ask(callback_url="http://127.0.0.1:6379/"), 422, "callback_url_forbidden"),
     "callback-not-http": Rule(Ask(callback_url="ftp://hooks.example.com/"), 422, "callback_url_invalid"),
     "storage-quota": Rule(Ask(), 429, "storage_quota_exceeded", {"max_stored_bytes_per_tenant": 100}),

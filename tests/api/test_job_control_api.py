@@ -14,6 +14,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select, update
 
 from api.app import create_app
+from shared import jobs
 from shared.db import session_scope
 from shared.models import Job, utcnow
 from shared.settings import Settings
@@ -142,7 +143,7 @@ def test_each_limit_is_refused_with_its_code_and_nothing_is_stored(
 def test_a_malformed_submission_is_refused_with_a_stable_code(
     settings: Settings, api_key: str, request_kwargs: dict[str, object], code: str, status: int
 ) -> None:
-    small = settings.model_copy(update={"max_upload_bytes": 1000, "max_sources": 0})
+    small = settings.model_copy(update={"max_upload_bytes": 1000, "max_sources": 0, "max_audio_bytes": 1000})
     with TestClient(create_app(small), headers=bearer(api_key)) as client:
         response = client.post("/v1/jobs", **request_kwargs)  # type: ignore[arg-type]
     assert response.status_code == status, response.text
@@ -254,3 +255,30 @@ def test_the_reaper_deletes_outputs_past_the_retention_time(
     assert response.status_code == 410 and response.json()["error"]["code"] == "output_expired"
     body = client.get(f"/v1/jobs/{job_id}").json()
     assert body["expired"] is True and body["output_expires_at"] is None
+
+
+def test_a_stitching_job_is_not_paused_through_the_api_and_its_stitch_finishes(
+    client: TestClient, settings: Settings, clip_short: Path
+) -> None:
+    job_id = _submit(client, clip_short)
+    url = settings.database_url
+    with session_scope(url) as s:  # what the planner, a worker and the stitcher do, up to the stitch
+        token = jobs.begin_plan(s, job_id, 60)
+        assert token is not None
+        (chunk_id,) = jobs.record_plan(s, job_id, token, [jobs.ChunkPlan(0, 0, 10, 0.0)], {}, "any")
+        claim = jobs.claim_chunk(s, chunk_id, worker="w", family="cpu", lease_seconds=60)
+        assert claim is not None
+    with session_scope(url) as s:
+        assert jobs.finish_chunk(s, claim, "file:///c/0.mp4", 0.1), "the last chunk: the stitch is next"
+    with session_scope(url) as s:
+        stitcher = jobs.begin_stitch(s, job_id, 60, worker="w")
+        assert stitcher is not None
+    for params in ({}, {"now": "true"}):
+        refused = client.post(f"/v1/jobs/{job_id}/pause", params=params)
+        assert (refused.status_code, refused.json()["error"]["code"]) == (409, "job_not_pausable"), refused.text
+    assert client.get(f"/v1/jobs/{job_id}").json()["status"] == "stitching"
+    with session_scope(url) as s:
+        assert jobs.finish_job(s, job_id, stitcher, "file:///out.mp4", default_limit=4).changed, "it finishes"
+    assert client.get(f"/v1/jobs/{job_id}").json()["status"] == "succeeded"
+    ended = client.post(f"/v1/jobs/{job_id}/pause")
+    assert (ended.status_code, ended.json()["error"]["code"]) == (409, "job_not_pausable")

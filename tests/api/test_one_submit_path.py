@@ -19,7 +19,17 @@ LOW_LEVEL = {"shared.jobs", "shared.lifecycle", "shared.admission", "shared.quot
 # What the API may take from the modules that own the decisions, and from the ones beside them.
 ALLOWED = {
     "shared.submission": {"Submission", "Upload", "screen", "submit"},
-    "shared.control": {"cancel", "retry"},
+    "shared.control": {
+        "cancel",
+        "retry",
+        "pause",
+        "resume",
+        "approve",
+        "reject",
+        "farm_paused",
+        "pause_farm",
+        "resume_farm",
+    },  # fmt: skip
     "shared.dispatch": {"CeleryDispatcher", "Dispatcher"},
     "shared.webhooks": {"MAX_URL_LENGTH", "signing_secret"},
     "shared.reaper": {"overdue_leases", "missing"},  # read-only, for the metrics
@@ -94,7 +104,9 @@ def test_the_routes_call_the_one_functions() -> None:
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "accept_job":
                 calls.setdefault(source.module, set()).add("accept_job")
     assert {"control.cancel", "control.retry", "accept_job"} <= calls["api.jobs"]
-    assert {"control.cancel", "control.retry"} <= calls["api.ui.job"]
+    assert {"control.cancel", "control.retry", "control.pause", "control.resume"} <= calls["api.ui.job"]
+    assert {"control.approve", "control.reject"} <= calls["api.ui.job"]
+    assert {"control.pause", "control.resume", "control.approve", "control.reject"} <= calls["api.controls"]
     assert "accept_job" in calls["api.ui.submitting"] and "accept_job" in calls["api.references"]
 
 

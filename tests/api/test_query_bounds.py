@@ -25,7 +25,12 @@ from tests.support.tenants import bearer, make_key
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
 # Parameters compared with a BIGINT column (event ids); every other integer meets an int32 column or none.
-BIGINT = {("/v1/jobs/{job_id}/events", "after"), ("/v1/jobs/{job_id}/events/stream", "Last-Event-ID")}
+BIGINT = {
+    ("/v1/jobs/{job_id}/events", "after"),
+    ("/v1/jobs/{job_id}/events/stream", "Last-Event-ID"),
+    ("/v1/groups/{group_id}/events", "after"),
+    ("/v1/groups/{group_id}/events/stream", "Last-Event-ID"),
+}
 
 
 def _is_int(annotation: object) -> bool:

@@ -58,11 +58,21 @@ def _request(api: LiveApi, path: str, key: str, content_type: str, declared: int
 
 
 def _answer(sock: socket.socket) -> bytes:
-    """Everything the server sends until it closes the connection."""
+    """Everything the server sends until it closes the connection.
+
+    A byte this client sent after the server closed is answered by the server's kernel with a reset, which can
+    arrive after the answer and its end: the answer received before it is the server's whole answer."""
     response = b""
-    while data := sock.recv(65536):
+    while True:
+        try:
+            data = sock.recv(65536)
+        except ConnectionResetError:
+            if not response:
+                raise
+            return response
+        if not data:
+            return response
         response += data
-    return response
 
 
 FORM = "application/x-www-form-urlencoded"

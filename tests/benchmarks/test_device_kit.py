@@ -33,15 +33,17 @@ IMAGE = ROOT / "benchmarks" / "device_image.txt"
 CARRY_LIMIT = 64 * 2**20
 COMMAND_LIMIT = 2000
 # What benchmarks/device_run.sh starts: the doctor (cli), the gpu-marked tests, gpu_check.py, device_pipeline.py,
-# and the in-process run's engines and device path they reach.
+# processors.py, and the in-process run's engines and frame back-ends they reach.
 ENTRY_MODULES = [
     "cli.main",
     "workers.doctor",
-    "workers.embedded",
+    "workers.local",
     "workers.engines.torch_engine",
-    "workers.device.path",
+    "workers.frames.torch",
+    "workers.faces.device_detection",
     "benchmarks.gpu_check",
     "benchmarks.device_pipeline",
+    "benchmarks.processors",
     "tests.conftest",
 ]
 
@@ -155,7 +157,7 @@ def test_the_kit_fits_the_carry_limit_and_its_call_the_command_limit(kit: Kit) -
     assert command.endswith(f"bash benchmarks/device_run.sh {kit.folder / 'data'}")
     assert kit.call["carry"] == [str(kit.folder / "whl"), str(kit.folder / "data")]
     assert {p.relative_to(kit.folder / "data").as_posix() for p in (kit.folder / "data").rglob("*.*")} >= {
-        "media/crowd_1080p.mp4", "models/yunet_2023mar.onnx", "media/s0.jpg",
+        "media/crowd_1080p.mp4", "models/yunet_2023mar.onnx", "media/s0.jpg", "media/d18.mp4", "media/group6.jpg",
     }  # fmt: skip
 
 
@@ -213,7 +215,7 @@ def test_an_in_process_job_runs_there_on_the_kits_ffmpeg_and_the_torch_engine(de
 
 def test_the_gpu_marked_tests_are_collected_there(device: Device) -> None:
     files = gpu_test_files()
-    assert "tests/workers/test_gpu.py" in files
+    assert "tests/workers/engines/test_gpu.py" in files
     done = subprocess.run(
         [str(device.python), "-m", "pytest", "-p", "no:cacheprovider", "--collect-only", "-q", "-m", "gpu", *files],
         capture_output=True, text=True, env=device.env, cwd=ROOT, timeout=120,
@@ -240,7 +242,7 @@ def test_the_kits_call_runs_device_run_there_and_each_gpu_step_says_in_one_line_
     assert "ffmpeg version b08d796" in log and "no CUDA provider in ONNX Runtime" in log
     steps = [line.split("\t") for line in (tmp_path / "out" / "steps.tsv").read_text().splitlines()[1:]]
     assert [(title, state) for title, state, *_ in steps[:2]] == [("device", "ok"), ("swapfarm doctor", "ok")], log
-    assert len(steps) == 7, log
+    assert len(steps) == 8, log
     for title, state, *_ in steps[2:]:
         assert state.startswith("not run: no GPU"), (title, state)
         said = [line for line in log.splitlines() if line.startswith(f"=== {title}")]

@@ -103,6 +103,30 @@ def test_each_worker_image_installs_its_familys_runtime() -> None:
     assert any(dep.startswith("onnxruntime-openvino") for dep in extras()["openvino"])
 
 
+def _requirements(extra: str) -> set[str]:
+    """The distributions ``swapfarm[extra]`` installs by name, its own extras expanded (``swapfarm[a,b]``)."""
+    found: set[str] = set()
+    for dep in extras()[extra]:
+        if dep.startswith("swapfarm["):
+            for inner in dep.removeprefix("swapfarm[").rstrip("]").split(","):
+                found |= _requirements(inner)
+        else:
+            found.add(re.split(r"[<>=!~\[ ;]", dep, maxsplit=1)[0])
+    return found
+
+
+def test_the_openvino_build_is_pinned_alone_with_the_images_constraint() -> None:
+    """onnxruntime-openvino replaces onnxruntime (both are the ``onnxruntime`` package): its extra installs it
+    without onnxruntime, at the version the images' constraints pin, and the CPU image installs that extra instead
+    of ``worker``, never both."""
+    (pin,) = [dep for dep in extras()["openvino"] if dep.startswith("onnxruntime-openvino")]
+    assert re.fullmatch(r"onnxruntime-openvino==\d+\.\d+\.\d+", pin)
+    assert pin in (DOCKER / "constraints.txt").read_text().splitlines()
+    wheels = _requirements("openvino")
+    assert "onnxruntime-openvino" in wheels and not wheels & {"onnxruntime", "onnxruntime-gpu", "onnxruntime-migraphx"}
+    assert re.search(r"extras=worker;.*if \[ \"\$\{ORT_BUILD\}\" = openvino \].*extras=openvino;", _run("worker-cpu"))
+
+
 @pytest.mark.parametrize("name", WORKERS)
 def test_model_and_compile_caches_are_volumes_owned_by_the_user(name: str) -> None:
     (volume,) = _all(name, "VOLUME")
@@ -111,7 +135,8 @@ def test_model_and_compile_caches_are_volumes_owned_by_the_user(name: str) -> No
     env = env_instructions(IMAGES[name])
     assert env["SWAPFARM_MODEL_CACHE_DIR"] == "/var/cache/swapfarm/models"
     if "torch" in " ".join(extras()[_setup_extra(name)]):  # images with the compiled torch engine
-        for key in ("SWAPFARM_TORCH_COMPILE_CACHE_DIR", "TRITON_CACHE_DIR"):
+        keys = ["SWAPFARM_TORCH_COMPILE_CACHE_DIR"] + ([] if name == "worker-cpu" else ["TRITON_CACHE_DIR"])
+        for key in keys:  # Inductor writes C++ on the CPU, Triton kernels on GPUs
             assert env[key].startswith("/var/cache/swapfarm/compile/"), key
     run = _run(name)
     assert re.search(r"install -d -o swapfarm -g swapfarm [^&]*/var/cache/swapfarm/models", run)

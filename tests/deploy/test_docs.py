@@ -1,10 +1,12 @@
 """The docs the code cites are in the repository: a module that says "see docs/MODELS.md §5" or names a test or a
-benchmark points at a file that exists, and docs/MODELS.md has the facts of every model the registry lists."""
+benchmark points at a file that exists, docs/MODELS.md has the facts of every model the registry lists, and the
+options page lists every processor."""
 
 from __future__ import annotations
 
 import re
 
+from shared.options import ProcessorName, choices
 from tests.deploy.deployfiles import ROOT
 from workers.models.registry import REGISTRY
 
@@ -27,3 +29,9 @@ def test_every_file_a_module_cites_exists() -> None:
 def test_docs_models_has_every_registered_model_file() -> None:
     models = (ROOT / "docs" / "MODELS.md").read_text()
     assert not [spec.file_name for spec in REGISTRY.values() if spec.file_name not in models]
+
+
+def test_the_options_page_has_a_row_for_every_processor_a_job_can_name() -> None:
+    page = (ROOT / "docs" / "options.md").read_text()
+    table = page.split("## Processors", 1)[1].split("\n## ", 1)[0]
+    assert set(re.findall(r"^\| `([a-z_]+)` \|", table, re.MULTILINE)) == set(choices(ProcessorName))

@@ -13,14 +13,28 @@ from fastapi.testclient import TestClient
 from api.app import create_app
 from shared.settings import Settings
 from tests.support.farm import Farm
+from tests.support.farm_pool import FarmPool, PooledFarm
 from tests.support.tenants import bearer
 
 
+@pytest.fixture(scope="module")
+def farm_pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FarmPool]:
+    """The processes a ``shared_farm`` module's tests share; stopped after its last test."""
+    pool = FarmPool(tmp_path_factory.mktemp("farm-logs"))
+    yield pool
+    pool.stop()
+
+
 @pytest.fixture
-def farm(settings: Settings, tmp_path: Path) -> Iterator[Farm]:
-    logs = tmp_path / "logs"
-    logs.mkdir()
-    farm = Farm(settings, logs)
+def farm(request: pytest.FixtureRequest, settings: Settings, tmp_path: Path) -> Iterator[Farm]:
+    """The test's farm: its own processes, or in a module marked ``shared_farm`` those of the module's pool (the
+    same ``worker``/``beat``/``kill`` calls; a process is reused only when started the same way)."""
+    if request.node.get_closest_marker("shared_farm"):
+        farm: Farm = PooledFarm(settings, request.getfixturevalue("farm_pool"))
+    else:
+        logs = tmp_path / "logs"
+        logs.mkdir()
+        farm = Farm(settings, logs)
     yield farm
     farm.stop()
 

@@ -15,8 +15,8 @@ from tests.support import mask_replicas
 from tests.support.media import read_frames
 from tests.support.replicas import install_replica
 from workers.content import ANALYSERS, ContentAnalyser
-from workers.embedded import run_local
 from workers.engines.onnx import OnnxEngine
+from workers.local import run_local
 
 pytestmark = pytest.mark.integration
 

@@ -26,7 +26,7 @@ from tests.support.live import live_api
 from tests.support.media import assert_frames_match, make_clip, read_frames
 from tests.support.replicas import arcface_w600k_r50, constant_colour_swapper, install_replica
 from tests.support.services import free_port
-from workers.embedded import run_local
+from workers.local import run_local
 from workers.video.frame_scan import frame_times
 
 pytestmark = pytest.mark.integration
@@ -126,6 +126,12 @@ class TestGpuProviderMissing:
 # -- torch on MPS that falls back to the CPU, and a source image with several faces -----------------------------
 
 
+@pytest.fixture
+def tiny_clip(tmp_path: Path) -> Path:
+    """What the warnings of a face job are about is the worker and the source, not the target: a second of 64×64."""
+    return make_clip(tmp_path / "tiny.mp4", seconds=1, size="64x64")
+
+
 def _swap_settings(settings: Settings, data_dir: Path, folder: Path, **update: object) -> Settings:
     face = with_face_models(settings, data_dir, folder)
     assert face.models_dir is not None
@@ -142,11 +148,11 @@ class TestMpsFallback:
         return _swap_settings(settings, data_dir, tmp_path, **update)
 
     def test_torch_without_mps_running_on_the_cpu_is_a_warning_on_the_job(
-        self, farm: Farm, api: TestClient, data_dir: Path, clip_short: Path
+        self, farm: Farm, api: TestClient, data_dir: Path, tiny_clip: Path
     ) -> None:
         farm.worker("w1")
-        options = {"processors": ["face_swapper"], "family": "mps", "chunk_frames": 120}
-        job_id = submit(api, clip_short, options, [data_dir / "media" / "s0.jpg"])
+        options = {"processors": ["face_swapper"], "family": "mps", "chunk_frames": 30}
+        job_id = submit(api, tiny_clip, options, [data_dir / "media" / "s0.jpg"])
         body = wait_finished(api, job_id, farm, timeout=600)
         assert body["status"] == "succeeded", body
         warnings = _warnings(api, job_id)
@@ -160,11 +166,11 @@ class TestSeveralSourceFaces:
         return _swap_settings(settings, data_dir, tmp_path, family="cpu")
 
     def test_a_source_image_with_several_faces_names_the_one_used(
-        self, farm: Farm, api: TestClient, settings: Settings, data_dir: Path, clip_short: Path
+        self, farm: Farm, api: TestClient, settings: Settings, data_dir: Path, tiny_clip: Path
     ) -> None:
         farm.worker("w1")
-        options = {"processors": ["face_swapper"], "chunk_frames": 120}
-        job_id = submit(api, clip_short, options, [data_dir / "media" / "group6.jpg"])
+        options = {"processors": ["face_swapper"], "chunk_frames": 30}
+        job_id = submit(api, tiny_clip, options, [data_dir / "media" / "group6.jpg"])
         assert wait_finished(api, job_id, farm)["status"] == "succeeded"
         message = _warnings(api, job_id).get("source_several_faces", "")
         assert "source image 1 shows" in message and "the largest was used" in message and "box x" in message
@@ -180,13 +186,13 @@ class TestSeveralSourceFaces:
         assert "warning source_several_faces: source image 1 shows" in status.stdout, status.stdout
 
     def test_swapfarm_run_prints_the_warnings_of_its_job(
-        self, settings: Settings, data_dir: Path, clip_short: Path, tmp_path: Path
+        self, settings: Settings, data_dir: Path, tiny_clip: Path, tmp_path: Path
     ) -> None:
         result = run_local(
-            target=clip_short,
+            target=tiny_clip,
             sources=[data_dir / "media" / "group6.jpg"],
             output=tmp_path / "out.mp4",
-            options=JobOptions(processors=["face_swapper"], chunk_frames=120),
+            options=JobOptions(processors=["face_swapper"], chunk_frames=30),
             workers=1,
             settings=settings,
         )
@@ -236,14 +242,14 @@ def immutable() -> Iterator[list[Path]]:
 class TestExpiryFailure:
     @pytest.fixture
     def settings(self, settings: Settings) -> Settings:
-        return settings.model_copy(update={"output_ttl_seconds": 15})
+        return settings.model_copy(update={"output_ttl_seconds": 1})
 
     def test_files_that_cannot_be_deleted_at_expiry_are_retried_and_the_job_expires_only_once_they_are_gone(
-        self, farm: Farm, api: TestClient, settings: Settings, clip_short: Path, immutable: list[Path]
+        self, farm: Farm, api: TestClient, settings: Settings, tmp_path: Path, immutable: list[Path]
     ) -> None:
+        clip = make_clip(tmp_path / "tiny.mp4", seconds=1, size="64x64")
         farm.worker("w1")
-        farm.beat()
-        job_id = submit(api, clip_short, {**PASSTHROUGH, "chunk_frames": 120})
+        job_id = submit(api, clip, {**PASSTHROUGH, "chunk_frames": 30})
         assert wait_finished(api, job_id, farm)["status"] == "succeeded"
         output = Path(settings.storage_url.removeprefix("file://")) / "jobs" / job_id / "output.mp4"
         try:
@@ -251,6 +257,7 @@ class TestExpiryFailure:
         except (subprocess.CalledProcessError, FileNotFoundError):
             pytest.skip("chattr +i is not available on this filesystem")
         immutable.append(output)
+        farm.beat()  # the reaper (it expires jobs) starts once the file is undeletable: a 1 s retention races nothing
 
         wait_for(lambda: "expiry_failed" in _warnings(api, job_id), timeout=120, what="a failed deletion reported")
         assert output.exists()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,8 +17,8 @@ from tests.integration.conftest import download, submit, wait_finished
 from tests.support.farm import Farm
 from tests.support.media import psnr, read_frames, stream_info
 from tests.support.replicas import arcface_w600k_r50, constant_colour_swapper, install_replica
-from workers.embedded import run_local
 from workers.faces.detection import FaceDetector
+from workers.local import run_local
 from workers.processors.face_blur import face_region
 from workers.video.ffmpeg import PROVENANCE_TAG
 
@@ -43,6 +44,19 @@ def face_settings(settings: Settings, data_dir: Path, tmp_path: Path) -> Setting
             "lease_seconds": 30,
         }
     )
+
+
+@pytest.fixture(scope="module")
+def d18_72(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``d18.mp4``'s first 72 frames with its audio (re-encoded near-losslessly): two chunks of 36 prove a job's
+    chunks are swapped and stitched; the whole clip's 216 frames would only render more of the same."""
+    path = tmp_path_factory.mktemp("d18") / "d18-72.mp4"
+    subprocess.run(
+        ["ffmpeg", "-v", "error", "-y", "-i", str(data_dir / "media" / "d18.mp4"), "-frames:v", "72",
+         "-c:v", "libx264", "-crf", "12", "-c:a", "aac", "-t", "2.4", str(path)],
+        check=True,
+    )  # fmt: skip
+    return path
 
 
 @pytest.fixture
@@ -73,23 +87,25 @@ def _greener_faces(output: Path, source: Path, settings: Settings) -> None:
 
 
 def test_a_face_swap_job_through_the_farm(
-    face_farm: Farm, api: TestClient, face_settings: Settings, data_dir: Path, tmp_path: Path
+    face_farm: Farm, api: TestClient, face_settings: Settings, data_dir: Path, d18_72: Path, tmp_path: Path
 ) -> None:
     face_farm.worker("w1")
-    clip, source = data_dir / "media" / "d18.mp4", data_dir / "media" / "s0.jpg"
-    job_id = submit(api, clip, {**SWAP, "chunk_frames": 72}, [source])
+    clip, source = d18_72, data_dir / "media" / "s0.jpg"
+    job_id = submit(api, clip, {**SWAP, "chunk_frames": 36}, [source])
     body = wait_finished(api, job_id, face_farm)
     assert body["status"] == "succeeded", body
     _greener_faces(download(api, job_id, tmp_path / "out.mp4"), clip, face_settings)
 
 
-def test_a_face_swap_job_with_swapfarm_run(face_settings: Settings, data_dir: Path, tmp_path: Path) -> None:
-    clip, source = data_dir / "media" / "d18.mp4", data_dir / "media" / "s0.jpg"
+def test_a_face_swap_job_with_swapfarm_run(
+    face_settings: Settings, data_dir: Path, d18_72: Path, tmp_path: Path
+) -> None:
+    clip, source = d18_72, data_dir / "media" / "s0.jpg"
     result = run_local(
         target=clip,
         sources=[source],
         output=tmp_path / "out.mp4",
-        options=JobOptions.model_validate({**SWAP, "chunk_frames": 72}),
+        options=JobOptions.model_validate({**SWAP, "chunk_frames": 36}),
         workers=2,
         settings=face_settings,
     )
@@ -118,7 +134,13 @@ def test_a_source_without_a_face_fails_the_job_with_a_stable_code(
 
 
 def test_face_blur_changes_faces_and_nothing_else(face_settings: Settings, data_dir: Path, tmp_path: Path) -> None:
-    clip = data_dir / "media" / "crowd_1080p.mp4"
+    # the crowd's first 30 frames at full size: each frame holds many faces to check
+    clip = tmp_path / "crowd-30.mp4"
+    subprocess.run(
+        ["ffmpeg", "-v", "error", "-y", "-i", str(data_dir / "media" / "crowd_1080p.mp4"), "-frames:v", "30",
+         "-c:v", "libx264", "-preset", "veryfast", "-crf", "12", "-c:a", "copy", str(clip)],
+        check=True,
+    )  # fmt: skip
     result = run_local(
         target=clip,
         sources=[],
@@ -143,7 +165,7 @@ def test_face_blur_changes_faces_and_nothing_else(face_settings: Settings, data_
     loose = JobOptions.model_validate({"face": {"detector_score": 0.25}}).face
     detector = FaceDetector.load(loose, face_settings)
     blurred_faces = 0
-    for i in range(0, len(src), 15):
+    for i in range(0, len(src), 5):
         faces = detector.detect_frame(np.ascontiguousarray(src[i, :, :, ::-1]))
         near = np.zeros(src.shape[1:3], bool)  # each box and a few pixels around it (chroma subsampling)
         for face in faces:

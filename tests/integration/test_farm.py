@@ -16,9 +16,9 @@ from shared.settings import Settings
 from tests.integration.conftest import download, submit, wait_finished
 from tests.support.farm import Farm, wait_for
 from tests.support.media import assert_frames_match, make_clip, read_frames, stream_info
-from workers.embedded import run_local
+from workers.local import run_local
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.shared_farm]
 
 LOSSLESS = {"processors": ["passthrough"], "encoder": {"lossless": True, "preset": "ultrafast"}}
 
@@ -70,7 +70,7 @@ def test_variable_and_ntsc_frame_rates_keep_every_frame_and_the_duration(
     _assert_same_video(download(api, job_id, tmp_path / "out.mp4"), clip)
 
 
-def test_embedded_run_gives_the_same_frames_as_the_farm(
+def test_the_local_run_gives_the_same_frames_as_the_farm(
     farm: Farm, api: TestClient, settings: Settings, clip_short: Path, tmp_path: Path
 ) -> None:
     farm.worker("w1")

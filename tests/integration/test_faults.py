@@ -13,7 +13,6 @@ import json
 import os
 import shutil
 import threading
-import time
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -27,7 +26,7 @@ from sqlalchemy import select
 from shared.broker import make_celery
 from shared.db import engine_for, session_scope
 from shared.dispatch import CeleryDispatcher
-from shared.models import Chunk, Job, JobEvent
+from shared.models import Chunk, Job, JobEvent, utcnow
 from shared.schema import upgrade
 from shared.settings import Settings
 from shared.states import FINISHED_JOB_STATES
@@ -108,14 +107,17 @@ class TestWorkersKilledMidChunk:
     def test_five_sigkills_mid_chunk_lose_and_repeat_no_frame(
         self, farm: Farm, api: TestClient, settings: Settings, tmp_path: Path, pipeline: str
     ) -> None:
-        clip = make_clip(tmp_path / "clip.mp4", seconds=6)  # 12 chunks: room for five kills
+        clip = make_clip(tmp_path / "clip.mp4", seconds=6, size="64x64")  # 12 chunks: room for five kills
+        # Every ffmpeg call starts half a second late: each chunk lasts long enough for a kill to land in it,
+        # whatever the machine's speed, without big frames to spend CPU on.
+        slow = slow_tool(tmp_path / "bin", "ffmpeg", 0.5)
         farm.beat()
         job_id = submit(api, clip, {**PIPELINES[pipeline], "chunk_frames": 16})
         killed: list[str] = []
         started = 0
         while len(killed) < 5:
             started += 1
-            host = farm.worker(f"w{started}")
+            host = farm.worker(f"w{started}", env=slow)
             chunk = wait_for(
                 lambda host=host: _running_on(settings, job_id, host), timeout=180, what=f"a chunk rendering on {host}"
             )
@@ -193,19 +195,26 @@ class TestDatabaseRestart:
         clip_short: Path,
         tmp_path: Path,
     ) -> None:
-        clip = make_clip(tmp_path / "clip.mp4", seconds=8)
-        farm.worker("w1")
+        clip = make_clip(tmp_path / "clip.mp4", seconds=8, size="64x64")
+        farm.worker("w1", env=slow_tool(tmp_path / "bin", "ffmpeg", 0.5))  # chunks left to render when it stops
         farm.beat()
         job_id = submit(api, clip, {**LOSSLESS, "chunk_frames": 16})
         wait_for(lambda: _done(settings, job_id) >= 2, timeout=180, what="two chunks done")
         stored = Storage(settings.storage_url)
         before = stored.listdir(stored.url("jobs"))
+        leases = [c.lease_expires_at for c in _chunks(settings, job_id) if c.lease_expires_at is not None]
+        leases.append(_job(settings, job_id).lease_expires_at or utcnow())
 
         private_postgres.stop()
         try:
             answers = _route_answers(api, job_id, clip_short)
-            # Let the outage outlast a lease, so that workers see it in heartbeats, finishes and claims.
-            time.sleep(settings.lease_seconds + 2)
+            # The outage outlasts every lease held when it began and the reaper meets it, so that the workers see
+            # it in heartbeats, finishes and claims.
+            wait_for(
+                lambda: utcnow() > max(leases) and "the database is unavailable" in farm.log("beat"),
+                timeout=120,
+                what="the outage outlasting the leases",
+            )
             answers_later = _route_answers(api, job_id, clip_short)
         finally:
             private_postgres.start()
@@ -310,8 +319,10 @@ class TestDuplicateDelivery:
     def test_a_render_message_delivered_twice_at_once_renders_and_counts_once(
         self, farm: Farm, api: TestClient, settings: Settings, tmp_path: Path
     ) -> None:
-        clip = make_clip(tmp_path / "clip.mp4", seconds=5, size="960x540")
-        hosts = [farm.worker("w1"), farm.worker("w2")]
+        clip = make_clip(tmp_path / "clip.mp4", seconds=5, size="64x64")
+        # The render lasts two seconds at least (its ffmpeg starts late), so the duplicate comes while it runs.
+        slow = slow_tool(tmp_path / "bin", "ffmpeg", 2)
+        hosts = [farm.worker("w1", env=slow), farm.worker("w2", env=slow)]
         job_id = submit(api, clip, {**LOSSLESS, "chunk_frames": 1000})  # one chunk
         chunk = wait_for(lambda: next(iter(_chunks(settings, job_id)), None), timeout=120, what="the plan")
         assert isinstance(chunk, Chunk)

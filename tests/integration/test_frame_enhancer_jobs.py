@@ -17,8 +17,8 @@ from tests.support.farm import Farm
 from tests.support.media import psnr, read_frames, stream_info
 from tests.support.replicas import install_replica
 from tests.support.upscaler_replicas import real_esrgan
-from workers.embedded import run_local
 from workers.faces.detection import FaceDetector
+from workers.local import run_local
 from workers.processors.face_blur import face_region
 
 pytestmark = pytest.mark.integration

@@ -27,7 +27,7 @@ from tests.support.live import live_api
 from tests.support.media import assert_frames_match, make_clip, read_frames
 from tests.support.tenants import bearer, make_key
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.shared_farm]
 logger = logging.getLogger(__name__)
 
 LOSSLESS: dict[str, Any] = {"processors": ["passthrough"], "encoder": {"lossless": True, "preset": "ultrafast"}}

@@ -20,13 +20,13 @@ from fastapi.testclient import TestClient
 from shared.media import probe
 from shared.settings import Settings
 from shared.storage import Storage
-from tests.integration.conftest import download, submit, wait_finished, with_face_models
+from tests.integration.conftest import PLAIN_BLUR, download, submit, wait_finished, with_face_models
 from tests.support.farm import Farm, settings_env
 from tests.support.media import Frames, assert_frames_match, make_clip, psnr, read_frames
 from workers.video import frame_index
 from workers.video.frame_scan import frame_times
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.shared_farm]
 
 LOSSLESS = {"lossless": True, "preset": "ultrafast"}
 TRIM = {"trim_start_frame": 50, "trim_end_frame": 150}  # frames 50–149: the end is excluded
@@ -35,8 +35,8 @@ Samples = npt.NDArray[np.float32]
 
 
 @pytest.fixture
-def settings(settings: Settings, data_dir: Path, tmp_path: Path) -> Settings:
-    return with_face_models(settings, data_dir, tmp_path)
+def settings(settings: Settings, data_dir: Path) -> Settings:
+    return with_face_models(settings, data_dir, settings.work_dir.parent)  # the module's folder: one farm for all
 
 
 @pytest.fixture(scope="module")
@@ -155,7 +155,9 @@ def test_output_height_scales_every_frame_keeping_the_aspect(
     clip = make_clip(tmp_path / "wide.mp4", seconds=2, size="640x360")  # no faces: face_blur leaves pixels alone
     farm.worker("w1")
     job_id = submit(
-        api, clip, {"processors": processors, "encoder": LOSSLESS, "chunk_frames": 20, "output_height": 180}
+        api,
+        clip,
+        {"processors": processors, "encoder": LOSSLESS, "chunk_frames": 20, "output_height": 180, "face": PLAIN_BLUR},
     )
     body = wait_finished(api, job_id, farm)
     assert body["status"] == "succeeded", body

@@ -7,10 +7,10 @@ from dataclasses import replace
 import pytest
 
 from shared.errors import MediaLimitError
-from shared.framing import JobOutput
 from shared.limits import MediaLimits
 from shared.media import MediaInfo
 from shared.options import JobOptions
+from shared.output_frames import JobOutput
 
 CLIP = MediaInfo(
     width=64, height=36, fps="1/1", duration=20.0, frame_count=20, video_codec="h264", pix_fmt="yuv420p",

@@ -36,15 +36,17 @@ def _json(value: object) -> str:
 class Farm:
     """Starts and stops worker and beat processes; every process leads its own process group."""
 
-    def __init__(self, settings: Settings, logs: Path, cwd: Path | None = None) -> None:
-        """``cwd``: the working directory of every process (default: the test's), e.g. one no other process sees."""
+    def __init__(self, settings: Settings, logs: Path, cwd: Path | None = None, python: Path | None = None) -> None:
+        """``cwd``: the working directory of every process (default: the test's), e.g. one no other process sees.
+        ``python``: the interpreter that runs them (default: the test's), e.g. another virtual environment's."""
         self.settings, self.logs, self.cwd = settings, logs, cwd
+        self.python = str(python) if python else sys.executable
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
     def _spawn(self, key: str, args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         with (self.logs / f"{key}.log").open("ab") as log:  # the child keeps its own descriptor
             proc = subprocess.Popen(
-                [sys.executable, "-m", "cli", *args],
+                [self.python, "-m", "cli", *args],
                 env={**settings_env(self.settings), **(env or {})},
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -55,11 +57,20 @@ class Farm:
         return proc
 
     def worker(
-        self, name: str, *, queues: str | None = None, env: dict[str, str] | None = None, hostname: str | None = None
+        self,
+        name: str,
+        *,
+        queues: str | None = None,
+        env: dict[str, str] | None = None,
+        hostname: str | None = None,
+        tags: list[str] | None = None,
     ) -> str:
-        """Start a worker logging to ``<name>.log``, named ``<name>@test`` unless ``hostname`` says otherwise."""
+        """Start a worker logging to ``<name>.log``, named ``<name>@test`` unless ``hostname`` says otherwise,
+        started with ``--tag`` for each of ``tags``."""
         hostname = hostname or f"{name}@test"
         args = ["worker", "--name", hostname, "--concurrency", "1"]
+        for tag in tags or ():
+            args += ["--tag", tag]
         if queues:
             args += ["--queues", queues]
         self._spawn(name, args, env)

@@ -52,3 +52,26 @@ def slow_tool(folder: Path, tool: str, seconds: float) -> dict[str, str]:
     script.write_text(_SLOW.format(seconds=seconds, real=real))
     script.chmod(0o755)
     return {"PATH": f"{folder}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+
+_BROKEN = """#!/bin/sh
+for arg in "$@"; do
+  case "$arg" in
+    */[0-9][0-9][0-9][0-9][0-9].mp4) echo "injected fault: this machine's encoder is broken ($arg)" >&2; exit 1;;
+  esac
+done
+exec '{ffmpeg}' "$@"
+"""
+
+
+def broken_renders(folder: Path) -> dict[str, str]:
+    """The environment for a worker whose every chunk encode fails (a broken encoder build, a bad GPU): the
+    encoder's output file names a chunk (``<index>.mp4``), as the worker's self-test's does; every other ffmpeg
+    call (planning's frame scan, the stitch) runs the real ffmpeg."""
+    real = shutil.which("ffmpeg")
+    assert real is not None, "ffmpeg is not installed"
+    folder.mkdir(parents=True, exist_ok=True)
+    script = folder / "ffmpeg"
+    script.write_text(_BROKEN.format(ffmpeg=real))
+    script.chmod(0o755)
+    return {"PATH": f"{folder}{os.pathsep}{os.environ.get('PATH', '')}"}

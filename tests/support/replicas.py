@@ -367,7 +367,7 @@ def replica_settings(models_dir: Path, cache_dir: Path | None = None, **override
     (a replica's hash is its own), CPU, and no base URLs, so nothing is ever downloaded.
 
     The heavy models run on ONNX Runtime unless ``engine`` says otherwise: what ``auto`` picks depends on the
-    machine's CPU, and compiling is the business of the engine tests (tests/workers/test_torch_engine.py,
+    machine's CPU, and compiling is the business of the engine tests (tests/workers/engines/test_torch_engine.py,
     tests/integration/test_face_engine_jobs.py), not of every test that swaps a face."""
     values: dict[str, Any] = {
         "environment": "test",
@@ -383,8 +383,8 @@ def replica_settings(models_dir: Path, cache_dir: Path | None = None, **override
 
 def install_replica(model: onnx.ModelProto, name: str, folder: Path) -> Path:
     """Write ``model`` into ``folder`` under registry model ``name``'s file name; returns the path."""
-    folder.mkdir(parents=True, exist_ok=True)
     path = folder / REGISTRY[name].file_name
+    path.parent.mkdir(parents=True, exist_ok=True)
     onnx.save(model, str(path))
     return path
 
@@ -458,3 +458,26 @@ def exported_inswapper(*, width: float = REDUCED_WIDTH, seed: int = 0, dynamo: b
             model = onnx.load_from_string(buffer.getvalue())
     model.graph.initializer.append(numpy_helper.from_array(realistic_emap(seed), "emap"))
     return model
+
+
+def assert_torch_parity(model: onnx.ModelProto) -> None:
+    """The torch converter runs ``model`` as ONNX Runtime does: the same outputs within 1e-3 on random inputs (a
+    dynamic dimension taken as 2)."""
+    import onnxruntime
+    import torch
+
+    from workers.engines.onnx_to_torch import convert
+
+    rng = np.random.default_rng(0)
+    feeds = {}
+    for value in model.graph.input:
+        dims = [d.dim_value or 2 for d in value.type.tensor_type.shape.dim]
+        feeds[value.name] = rng.uniform(-1, 1, dims).astype(np.float32)
+    session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    expected = session.run(None, feeds)
+    module = convert(model)
+    with torch.inference_mode():
+        actual = module(*[torch.from_numpy(feeds[spec.name]) for spec in module.inputs])
+    for want, got in zip(expected, actual, strict=True):
+        assert got.shape == want.shape
+        assert np.abs(got.numpy() - want).max() <= 1e-3

@@ -6,16 +6,15 @@ from __future__ import annotations
 
 import shutil
 import threading
-from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from shared.options import JobOptions
+from tests.support.engines import CountingEngine
 from tests.support.faces import MEDIA, MODELS, clip_frames, engine
 from tests.support.replicas import arcface_w600k_r50, gfpgan_1_4, install_replica, inswapper_128, replica_settings
-from workers.engines.base import Engine, Tensor
 from workers.faces.detection import FaceDetector
 from workers.pipeline import run_stages, stages_of
 from workers.processors import FrameBatch, ProcessorContext, Work
@@ -42,6 +41,21 @@ def test_stages_run_on_threads_of_their_own_and_keep_order_and_count() -> None:
     assert len(threads) == 3 and threading.current_thread().name not in threads
 
 
+def test_each_batch_carries_the_chunk_number_of_its_first_frame() -> None:
+    """A processor that needs a frame's place (lip_syncer's audio window) reads it off the batch."""
+    seen: list[tuple[int | None, int]] = []
+
+    def stage(work: Work) -> Work:
+        seen.append((work.first, int(work.frames[0, 0, 0, 0])))
+        return work
+
+    run_stages(_batches(10, 4), [stage], lambda batch: None)
+    assert seen == [(0, 0), (4, 4), (8, 8)]
+    seen.clear()
+    run_stages([Work(batch, first=20 + 4 * i) for i, batch in enumerate(_batches(8, 4))], [stage], lambda b: None)
+    assert seen == [(20, 0), (24, 4)], "the feed's own numbers are kept"
+
+
 def test_an_error_in_a_stage_stops_the_pipeline_and_reaches_the_caller() -> None:
     def failing(work: Work) -> Work:
         if int(work.frames[0, 0, 0, 0]) >= 8:
@@ -53,28 +67,6 @@ def test_an_error_in_a_stage_stops_the_pipeline_and_reaches_the_caller() -> None
         run_stages(_batches(400, 4), [failing], out.append)
     assert sum(len(batch) for batch in out) == 8
     assert not [t for t in threading.enumerate() if t.name.startswith("pipeline-") and t.is_alive()]
-
-
-class CountingEngine:
-    """The detector's ONNX Runtime engine, counting its calls (one per frame for YuNet)."""
-
-    def __init__(self, inner: Engine) -> None:
-        self.inner, self.calls = inner, 0
-
-    @property
-    def input_names(self) -> tuple[str, ...]:
-        return self.inner.input_names
-
-    @property
-    def output_names(self) -> tuple[str, ...]:
-        return self.inner.output_names
-
-    def run(self, inputs: Mapping[str, Tensor]) -> list[Tensor]:
-        self.calls += 1
-        return self.inner.run(inputs)
-
-    def warmup(self) -> None:
-        self.inner.warmup()
 
 
 @pytest.mark.skipif(not MODELS.exists(), reason="the reference data folder is not beside the checkout")
@@ -98,7 +90,7 @@ def test_a_swapper_then_enhancer_chain_detects_faces_once_per_frame(tmp_path: Pa
     swapper = FaceSwapperProcessor.from_context(context, detector=detector)
     enhancer = FaceEnhancerProcessor.from_context(context, detector=detector)
     frames = clip_frames("d18.mp4", slice(0, 12))
-    counting.calls = 0  # the source image's detection, when the swapper was built
+    counting.batches.clear()  # the source image's detection, when the swapper was built
     out: list[FrameBatch] = []
     run_stages([frames[:8], frames[8:]], stages_of([swapper, enhancer]), out.append)
     assert counting.calls == 12

@@ -1,0 +1,65 @@
+"""An anonymiser's tracks at scene cuts and where a face is lost (workers/faces/tracking.py ``cut`` and ``coast``):
+no box moves or fills across a cut, and a face the detector stops finding stays hidden for a few frames."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from workers.faces.detection import Face
+from workers.faces.tracking import FaceTracker, TrackedFrame
+
+
+def _face(x: float, y: float, size: float = 40.0, score: float = 0.9) -> Face:
+    box = np.asarray([x, y, x + size, y + size], np.float32)
+    return Face(box=box, landmarks=np.tile(box[:2] + size / 2, (5, 1)).astype(np.float32), score=score)
+
+
+def _run(tracker: FaceTracker, frames: list[list[Face]], cuts: frozenset[int] = frozenset()) -> list[TrackedFrame]:
+    out: list[TrackedFrame] = []
+    for index, faces in enumerate(frames):
+        if index in cuts:
+            tracker.cut()
+        tracker.update(faces)
+        out.extend(tracker.ready())
+    out.extend(tracker.flush())
+    return out
+
+
+def test_a_lost_face_stays_hidden_where_its_motion_carries_it_for_the_gap() -> None:
+    # a face moving right, detected in frames 0-5 only (it leaves the frame, or the detector loses it)
+    frames = [[_face(100 + 10 * t, 50)] if t < 6 else [] for t in range(14)]
+    out = _run(FaceTracker(high=0.5, low=0.2, max_gap=4, keep_doubtful=True, coast=4), frames)
+    coasted = {f.index: f.faces for f in out if f.index >= 6}
+    assert all(len(coasted[t]) == 1 and coasted[t][0].filled for t in range(6, 10))
+    assert [round(float(coasted[t][0].box[0])) for t in range(6, 10)] == [160, 170, 180, 190]
+    assert all(not coasted[t] for t in range(10, 14))  # no longer than the gap
+    plain = _run(FaceTracker(high=0.5, low=0.2, max_gap=4, keep_doubtful=True), frames)
+    assert all(not f.faces for f in plain if f.index >= 6)  # without coasting, nothing hides it
+
+
+def test_no_gap_is_filled_and_no_box_coasts_across_a_scene_cut() -> None:
+    # one face in frames 0-4 and, after a cut at frame 6, another one near where the first would be
+    frames = [[_face(100 + 10 * t, 50)] if t < 5 else ([] if t < 7 else [_face(170 + 10 * t, 52)]) for t in range(12)]
+    out = _run(FaceTracker(high=0.5, low=0.2, max_gap=4, keep_doubtful=True, coast=4), frames, cuts=frozenset({6}))
+    by_frame = {f.index: f.faces for f in out}
+    assert len(by_frame[5]) == 1 and by_frame[5][0].filled  # coasted, within the first scene
+    old = {face.track for t in (0, 4) for face in by_frame[t]}
+    new = {face.track for t in range(7, 12) for face in by_frame[t]}
+    assert old.isdisjoint(new)  # no track across the cut
+    # the cut's frame: no box of the old scene carried into it, no gap filled across it; only the new face, carried
+    # back from where it is first found
+    assert [face.track for face in by_frame[6]] == list(new)
+    uncut = _run(FaceTracker(high=0.5, low=0.2, max_gap=4, keep_doubtful=True, coast=4), frames)
+    uncut_frames = {f.index: f.faces for f in uncut}
+    first = {face.track for face in uncut_frames[0]}
+    assert first & {face.track for face in uncut_frames[6]}  # without the cut, the old box would be carried into it
+
+
+def test_a_face_is_hidden_in_the_frames_before_the_detector_first_finds_it() -> None:
+    # a face entering from the left edge, found from frame 5 on only
+    frames = [[_face(-40 + 10 * t, 50)] if t >= 5 else [] for t in range(12)]
+    out = _run(FaceTracker(high=0.5, low=0.2, max_gap=4, keep_doubtful=True, coast=3), frames)
+    by_frame = {f.index: f.faces for f in out}
+    assert [round(float(by_frame[t][0].box[0])) for t in (2, 3, 4)] == [-20, -10, 0]
+    assert all(by_frame[t][0].filled and not by_frame[t][0].lost for t in (2, 3, 4))
+    assert by_frame[0] == by_frame[1] == []  # no further back than asked
