@@ -32,8 +32,9 @@ while (($#)); do
 done
 python=${PYTHON:-$(command -v .venv/bin/python || command -v python3)}
 limit=$((64 * 1024 * 1024))
-# What device_run.sh reads from the data folder: the gpu tests, gpu_check.py and device_pipeline.py --chunk-only.
-data_files=(media/crowd_1080p.mp4 media/d18.mp4 media/s0.jpg models/yunet_2023mar.onnx)
+# What device_run.sh reads from the data folder: the gpu tests, gpu_check.py, device_pipeline.py --chunk-only and
+# processors.py (group6.jpg: the age modifier's and deep swapper's six faces).
+data_files=(media/crowd_1080p.mp4 media/d18.mp4 media/group6.jpg media/s0.jpg models/yunet_2023mar.onnx)
 
 # 1. wheels: a fresh folder, so that no second version of a package is left there (two stop the install)
 pins=() tools=()

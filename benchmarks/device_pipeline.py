@@ -1,4 +1,5 @@
-"""The torch device path vs the OpenCV/numpy path on ``crowd_1080p.mp4``, side by side.
+"""The frames as 4:2:0 planes on a frame back-end vs whole BGR frames (the OpenCV path) on ``crowd_1080p.mp4``, side
+by side.
 
 First a chunk end to end as a job renders it (:mod:`workers.rendering`: the decoder's pipe, tracks, the chain's
 stages, the encoder's pipe; no database or storage), for ``face_blur`` (the job's default options: tracks, strict
@@ -6,18 +7,19 @@ margin) and ``face_swapper`` (a replica inswapper at reduced width, on ONNX Runt
 ratio is the frame path's: the swapper costs the same on both). Then ``face_blur``'s pixel work alone:
 
 Both take the chunk's 4:2:0 planes as the decoder's pipe gives them and hand 4:2:0 planes to the encoder's pipe:
-the OpenCV path converts whole frames to BGR and back around the blur of every detected face; the device path
+the OpenCV path converts whole frames to BGR and back around the blur of every detected face; the planes' back-end
 converts the faces' regions only. Printed per frame, with and without the
-detection (the same YuNet model through ONNX Runtime in both, and, as a third column, the device path with its
+detection (the same YuNet model through ONNX Runtime in both, and, as a third column, the planes with their
 detection on the device: the converted model, batched, decode and NMS in torch), and the ratio torch / OpenCV.
 Then the pixel stages of ``face_blur`` pixelating and of ``face_debugger``, on the same detections, planes to
 planes: the host's (whole frames converted, OpenCV on the BGR frames) vs the device's (the faces' regions of the
 planes; the marks drawn into the device's BGR frames and their regions stored back into the planes), and the
 host's stage alone.
 Then detection alone: the host's (OpenCV letterbox, ONNX Runtime one frame at a time, numpy decode, OpenCV NMS) vs
-the device's (:class:`workers.device.detection.DeviceDetector`), per detector. The end-to-end chunk compares
-the same three, and how close each torch path's output is to the OpenCV path's (PSNR of the decoded outputs). The
-device path runs on the CPU unless ``--device`` names another (``cuda``); the OpenCV path always runs on the host.
+the device's (:class:`workers.faces.device_detection.DeviceDetector`), per detector. The end-to-end chunk compares
+the same three, and how close each planes path's output is to the OpenCV path's (PSNR of the decoded outputs). The
+planes go to the back-end of ``--device`` (:func:`workers.frames.choice.backend_for`: the host back-end on the CPU,
+torch's on ``cuda``); the OpenCV path always runs on the host.
 
     .venv/bin/python -m benchmarks.device_pipeline [--frames 24] [--batch 8] [--data ../shared/data] [--no-chunk]
         [--stages-only] [--chunk-only] [--device cuda]
@@ -38,21 +40,20 @@ import cv2
 import numpy as np
 import torch
 
-from shared.options import FaceOptions, JobOptions
+from shared.options import BlurStyle, FaceOptions, JobOptions
 from tests.support.faces import cpu_settings
 from tests.support.media import psnr
 from tests.support.replicas import arcface_w600k_r50, install_replica, inswapper_128, replica_settings
-from workers.device.blurring import blur_faces_in_planes
-from workers.device.debugging import draw_marks
-from workers.device.detection import ConvertedDetector, DeviceDetector, detection_on_feed
-from workers.device.feed import DeviceFrames, PlaneFeed
-from workers.device.path import DevicePath, plan
 from workers.faces.detection import Face, FaceDetector
+from workers.faces.device_detection import DeviceDetector, converted_engine, detection_on_feed
+from workers.faces.track_feed import TrackFeed
+from workers.frames.choice import backend_for, make_backend
+from workers.frames.feed import FrameFeed
+from workers.frames.torch import TorchBackend
 from workers.pipeline import face_chain, run_stages, stages_of
 from workers.processors import Processor, ProcessorContext, build
-from workers.processors.face_blur import blur_faces
-from workers.processors.face_debugger import draw_faces
-from workers.track_feed import TrackFeed
+from workers.processors.face_blur import blur_faces, hide_faces
+from workers.processors.face_debugger import FaceDebuggerProcessor, Located, draw_faces
 from workers.video.ffmpeg import decode_args
 from workers.video.pipes import FrameReader, FrameWriter
 
@@ -71,9 +72,16 @@ def torch_path(
     planes: np.ndarray, faces: Faces | None, detect: Callable[[np.ndarray], Faces], device: str = "cpu"
 ) -> np.ndarray:
     raw = torch.from_numpy(planes.copy()).to(device)
-    if faces is None:  # the detector's frames as the render path makes them (workers/device/feed.py)
-        faces = detect(next(PlaneFeed(device).frames([planes], keep=False)))
-    return blur_faces_in_planes(raw, faces, STRENGTH).cpu().numpy()
+    if faces is None:  # the detector's frames as the render path makes them (workers/frames/feed.py)
+        faces = detect(next(FrameFeed(make_backend(backend_for(device))).frames([planes], keep=False)))
+    return _hidden_in_planes(raw, faces).cpu().numpy()
+
+
+def _hidden_in_planes(raw: torch.Tensor, faces: Faces, style: BlurStyle = "blur") -> torch.Tensor:
+    """``face_blur`` on the torch back-end, in the planes ``raw`` (in place)."""
+    backend = TorchBackend(str(raw.device))
+    hide_faces(backend, backend.frames(planes=raw), faces, STRENGTH, style=style)
+    return raw
 
 
 def main() -> None:
@@ -81,7 +89,7 @@ def main() -> None:
     parser.add_argument("--frames", type=int, default=24)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--device", default="cpu", help="torch device of the device path (cpu, cuda …)")
+    parser.add_argument("--device", default="cpu", help="torch device the planes go to (cpu, cuda …)")
     parser.add_argument("--data", type=Path, default=Path(__file__).resolve().parents[2] / "shared" / "data")
     parser.add_argument("--no-chunk", action="store_true", help="skip the end-to-end chunk comparison")
     parser.add_argument("--stages-only", action="store_true", help="only the pixelate and debugger stages")
@@ -104,7 +112,7 @@ def main() -> None:
         found = [detector.detect(np.stack([cv2.cvtColor(f, cv2.COLOR_YUV2BGR_I420) for f in b])) for b in batches]
         faces = sum(len(f) for per_batch in found for f in per_batch)
         default_threads = torch.get_num_threads()
-        if args.device == "cpu":  # as the render path runs these stages (workers/device/threads.py)
+        if args.device == "cpu":  # one thread per pixel stage, as the detector's runs on the CPU
             torch.set_num_threads(1)
         threads = torch.get_num_threads()
         stage_comparison(planes, batches, found, args.repeats, args.device)
@@ -112,7 +120,7 @@ def main() -> None:
             return
         print(f"face_blur on crowd_1080p.mp4: {args.frames} frames, {faces} faces, batches of {args.batch}, "
               f"torch {torch.__version__}, {args.device} ({threads} CPU threads; best of {args.repeats})")  # fmt: skip
-        on_device = DeviceDetector(detector, ConvertedDetector(models / "yunet_2023_mar.onnx", args.device))
+        on_device = DeviceDetector(detector, converted_engine(models / "yunet_2023_mar.onnx", args.device))
         for label, with_detection in (("without detection", False), ("with detection", True)):
             rates = {}
             device_path = partial(torch_path, device=args.device)
@@ -165,11 +173,15 @@ def stage_comparison(
 
     def device_pixelate(index: int) -> None:
         raw = torch.from_numpy(batches[index].copy()).to(device)
-        blur_faces_in_planes(raw, found[index], STRENGTH, style="pixelate")
+        _hidden_in_planes(raw, found[index], style="pixelate")
+
+    debugger = FaceDebuggerProcessor(None)  # type: ignore[arg-type]  # draws only: no detector needed
 
     def device_debugger(index: int) -> None:
         raw = torch.from_numpy(batches[index].copy()).to(device)
-        draw_marks(DeviceFrames(raw, host_batches[index].copy()), found[index], [])
+        backend = TorchBackend(str(raw.device))
+        batch = backend.frames(planes=raw, bgr=backend.upload(host_batches[index]))
+        debugger.draw(backend, batch, Located([list(f) for f in found[index]], [[] for _ in found[index]]))
 
     for name, stage, ours in (("pixelate", pixelated, device_pixelate), ("debugger", drawn, device_debugger)):
         times = {}
@@ -190,7 +202,7 @@ def stage_comparison(
 def detection_comparison(data: Path, models: Path, planes: np.ndarray, batch: int, repeats: int, device: str) -> None:
     """Detection alone, host vs device, per detector on the same frames: ms per frame and the ratio."""
     frames = np.stack([cv2.cvtColor(f, cv2.COLOR_YUV2BGR_I420) for f in planes])
-    on_device_frames = torch.from_numpy(frames).to(device).permute(0, 3, 1, 2)
+    on_device_frames = torch.from_numpy(frames).to(device)
     print(f"detection alone on {len(frames)} frames of crowd_1080p.mp4 (batches of {batch}, "
           f"{torch.get_num_threads()} threads; best of {repeats})")  # fmt: skip
     cases = [("yunet", "yunet_2023mar.onnx", "yunet_2023_mar.onnx"),
@@ -199,7 +211,7 @@ def detection_comparison(data: Path, models: Path, planes: np.ndarray, batch: in
         shutil.copy(data / "models" / file, models / registry_file)
         options = FaceOptions.model_validate({"detector": family})
         host = FaceDetector.load(options, cpu_settings(models, models_dir=models, allow_model_hash_mismatch=True))
-        ours = DeviceDetector(host, ConvertedDetector(models / registry_file, device))
+        ours = DeviceDetector(host, converted_engine(models / registry_file, device))
         ours.detect(on_device_frames[:batch])  # warm-up
         times = {}
         for label, detect, given in (("host", host.detect, frames), ("device", ours.detect, on_device_frames)):
@@ -216,7 +228,7 @@ def detection_comparison(data: Path, models: Path, planes: np.ndarray, batch: in
 
 def chunk_comparison(clip: Path, data: Path, frames: int, batch: int, repeats: int, device: str) -> None:
     """A chunk of ``frames`` frames through both paths, per processor: ms per frame and the ratio."""
-    print(f"chunk end to end on {clip.name}: {frames} frames, batches of {batch}, device path on {device} "
+    print(f"chunk end to end on {clip.name}: {frames} frames, batches of {batch}, planes on {backend_for(device)} "
           f"(torch {torch.__version__}, {torch.get_num_threads()} threads; best of {repeats})")  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
@@ -235,16 +247,13 @@ def chunk_comparison(clip: Path, data: Path, frames: int, batch: int, repeats: i
             context = ProcessorContext(options=options, sources=[data / "media" / "s0.jpg"], settings=settings)
             processors = [build(p, context) for p in options.processors]
             detector = face_chain(processors)[0].detector
-            converted = DeviceDetector(detector, ConvertedDetector(models / "yunet_2023_mar.onnx", device))
-            paths = {
-                "OpenCV": None,
-                "torch": plan(processors, device, width=1920, height=1080),
-                "torch+det": plan(processors, device, width=1920, height=1080, detector=converted),
-            }
+            converted = DeviceDetector(detector, converted_engine(models / "yunet_2023_mar.onnx", device))
+            paths: dict[str, tuple[str, DeviceDetector | None] | None] = {
+                "OpenCV": None, "torch": (device, None), "torch+det": (device, converted),
+            }  # fmt: skip
             times = dict.fromkeys(paths, float("inf"))
             for _ in range(repeats):  # alternated, so that a busy spell of the machine falls on both
                 for label, path in paths.items():
-                    assert not isinstance(path, str), path
                     started = time.perf_counter()
                     _render(clip, processors, path, options, frames, batch, folder / f"{label}.mp4")
                     times[label] = min(times[label], (time.perf_counter() - started) / frames * 1000)
@@ -273,7 +282,7 @@ def _ratios(times: dict[str, float]) -> str:
 def _render(
     clip: Path,
     processors: list[Processor],
-    path: DevicePath | None,
+    path: tuple[str, DeviceDetector | None] | None,
     options: JobOptions,
     frames: int,
     batch: int,
@@ -287,12 +296,14 @@ def _render(
     staged = face_chain(processors)
     targeter = next((p.targeter for p in staged if p.targeter is not None), None)
     strict = "face_blur" in options.processors and options.face.blur_strict
-    detector = staged[0].detector if path is None or path.detector is None else path.detector
-    on_device = None if path is None or path.detector is None else detection_on_feed(path.detector, path.feed)
+    device, on = path if path is not None else (None, None)
+    planes_feed = None if device is None else FrameFeed(make_backend(backend_for(device)))
+    detector = staged[0].detector if on is None else on
+    on_device = None if on is None or planes_feed is None else detection_on_feed(on, planes_feed)
     feed = TrackFeed(detector, targeter, options.face, strict=strict, batch_size=batch, on_device=on_device)
     with reader:
-        chunk = reader if path is None else path.feed.frames(reader)
-        run_stages(feed.work((), chunk, frames), stages_of(processors) if path is None else path.stages(), writer.write)
+        chunk = reader if planes_feed is None else planes_feed.frames(reader)
+        run_stages(feed.work((), chunk, frames), stages_of(processors, planes_feed, on), writer.write)
     writer.close()
     assert writer.frames_written == frames
 

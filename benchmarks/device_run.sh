@@ -14,7 +14,10 @@
 # providers beside them only where present; where absent a row says so and compiled torch is compared with eager
 # torch); the warm start from the compile cache (seconds to the first compiled call in a second process); one
 # crowd_1080p face-swap chunk end to end in frames/s, its stage split and the device's busy share; the device path
-# against the OpenCV path on the same chunk (ms/frame and PSNR).
+# against the OpenCV path on the same chunk (ms/frame and PSNR); the six FaceFusion processors of issue 30
+# (frame_colorizer, expression_restorer, face_editor, age_modifier, deep_swapper, background_remover) with their
+# models on the GPU, ms per frame (and per face) batched against one at a time (benchmarks/processors.py --device
+# cuda: replicas, uncompiled torch; last, so that it is the step cut when the others overrun).
 #
 # Each step fails alone, with one line `=== STEP: ...`, and the others go on: a step whose inputs are missing (no
 # GPU, a data file) says so in one line and does not start. Everything printed is written to $OUT/device_run.log as
@@ -152,19 +155,25 @@ check=(benchmarks/gpu_check.py --keep "$work/gpu-check" --data "$data")
 step 20 "device" - device
 step 25 "swapfarm doctor" - "$python" -m cli doctor
 step 80 "tests marked gpu" gpu gpu_tests
-step 170 "swapper per bucket: eager vs default vs max-autotune, fp32 bf16 fp16 (faces/s, peak memory)" gpu \
-    "$python" "${check[@]}" --parts throughput fit --models inswapper_128 --budget 160 --buckets 1 8 32 64 \
+step 140 "swapper per bucket: eager vs default vs max-autotune, fp32 bf16 fp16 (faces/s, peak memory)" gpu \
+    "$python" "${check[@]}" --parts throughput fit --models inswapper_128 --budget 130 --buckets 1 8 32 64 \
     --modes eager default max-autotune --precisions fp32 bf16 fp16 --seconds-per-point 0.5
 step 60 "warm start from the compile cache (first compiled call in a second process)" gpu \
     "$python" "${check[@]}" --parts cache --budget 55
 # eager: a compiled chunk's cold run would compile the swapper's buckets in its precision and the detector's, past
 # this step's limit (the swapper step above gives compiled against eager)
-step 120 "crowd_1080p face-swap chunk end to end (frames/s, device busy share, stage split)" \
+step 90 "crowd_1080p face-swap chunk end to end (frames/s, device busy share, stage split)" \
     gpu,media/crowd_1080p.mp4,media/s0.jpg,models/yunet_2023mar.onnx \
-    "$python" "${check[@]}" --parts e2e stage --budget 115 --e2e-mode eager --stage-frames 24
+    "$python" "${check[@]}" --parts e2e stage --budget 85 --e2e-mode eager --stage-frames 24
 step 45 "device path vs OpenCV path on the same crowd_1080p chunk (ms/frame, PSNR)" \
     gpu,media/crowd_1080p.mp4,media/s0.jpg,models/yunet_2023mar.onnx \
     "$python" -m benchmarks.device_pipeline --device cuda --chunk-only --frames 16 --batch 8 --repeats 2 --data "$data"
+# the same arguments on the CPU, tiny: tests/benchmarks/test_processors_step.py
+processors=(-m benchmarks.processors --only frame_colorizer portrait age_modifier deep_swapper background_remover
+    --frames 8 --batch 8 --crop-frames 4 --repeats 1)
+step 60 "six processors: models on the GPU, batched vs one at a time (ms/frame, ms/face; replicas, eager torch)" \
+    gpu,media/d18.mp4,media/crowd_1080p.mp4,media/group6.jpg,models/yunet_2023mar.onnx \
+    "$python" "${processors[@]}" --device cuda
 say ""
 say "=== steps (also in $steps):"
 awk -F '\t' '{printf "%-5s %-7s %-9s %s\n", $4, $3, $2 == "ok" || $2 == "status" ? $2 : "not ok", $1}' "$steps" \

@@ -22,8 +22,8 @@ import numpy as np
 
 from shared.options import JobOptions
 from tests.support.replicas import arcface_w600k_r50, install_replica, inswapper_128, replica_settings
-from workers.embedded import run_local
 from workers.faces.swapping import FaceSwapper
+from workers.local import run_local
 
 
 def swapper_stage(models: Path, faces: int) -> None:

@@ -15,7 +15,9 @@ alternating between configurations): torch fp32 vs bf16, Inductor freezing, ``cp
 
     .venv/bin/python -m benchmarks.face_swap_cpu [--frames 48] [--crowd-frames 8] [--data ../shared/data]
     .venv/bin/python -m benchmarks.face_swap_cpu --levers
+    .venv/bin/python -m benchmarks.face_swap_cpu --int8      # the swapper alone: int8 vs bf16 vs ONNX Runtime fp32
     .venv/bin/python -m benchmarks.face_swap_cpu --memory    # peak RSS, 21 vs 216 frames of d18: flat in length
+    .venv/bin/python -m benchmarks.face_swap_cpu --openvino  # the swapper alone: CPU provider vs OpenVINO fp32, bf16
 """
 
 from __future__ import annotations
@@ -79,8 +81,8 @@ def child(spec: dict[str, Any]) -> None:
 
     from shared.options import JobOptions
     from tests.support.replicas import replica_settings
-    from workers.embedded import run_local
     from workers.engines.capability import probe_cpu
+    from workers.local import run_local
 
     logging.basicConfig(level=logging.WARNING)
     if spec.get("sequential"):  # the overlap lever, off: every stage of a batch on one thread, one batch at a time
@@ -273,6 +275,190 @@ def levers(rounds: int, batch: int) -> None:
         print(f"| {label} | {per_face:.3f} | {base / per_face:.2f}× | {first.get(label, 0):.0f} s |")
 
 
+def int8(rounds: int, batch: int, data: Path) -> None:
+    """The swapper alone at the job's batch, on d18's own aligned faces: ONNX Runtime fp32, torch bf16 and torch
+    int8 (the engine's own path: calibrated on the first 32 faces, guarded, compiled with freezing), side by side;
+    then the guard's figures of the other heavy replicas (ArcFace: cosine; GFPGAN: PSNR inside the face)."""
+    import onnxruntime
+    import torch
+
+    from tests.support import replicas
+    from tests.support.faces import clip_frames, detector
+    from workers.engines.compiling import conversion, use_compile_cache
+    from workers.engines.onnx_to_torch import convert
+    from workers.engines.quantising import Int8Plan, QuantisedGraphs, guard, model_hash, quantise
+    from workers.engines.torch_engine import TorchEngine
+    from workers.faces.cropping import gather_crops
+    from workers.faces.swapping import SWAPPERS
+
+    path = BENCH / "models" / "inswapper_128.onnx"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        onnx.save(replicas.inswapper_128(width=1.0), str(path))
+    cache = BENCH / "caches" / "int8"
+    shutil.rmtree(cache, ignore_errors=True)
+    use_compile_cache(cache)
+    frames = clip_frames("d18.mp4", slice(0, 216, 5))
+    faces = gather_crops(frames, detector().detect(frames), SWAPPERS["inswapper_128"].model.template, 128)
+    crops = np.ascontiguousarray(np.asarray(faces.crops)[..., ::-1].transpose(0, 3, 1, 2), np.float32) / 255
+    rng = np.random.default_rng(0)
+    latent = rng.standard_normal((1, 512)).astype(np.float32) @ replicas.realistic_emap()
+    latent = np.repeat(latent / np.linalg.norm(latent) * 3.9, len(crops), axis=0).astype(np.float32)
+    print(f"{len(crops)} faces of d18; batch {batch}; load {_load()}", flush=True)
+    options = onnxruntime.SessionOptions()
+    options.log_severity_level = 3
+    session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    plan = Int8Plan(QuantisedGraphs(cache), QuantisedGraphs.key(model_hash(path), "cpu"),
+                    lambda: convert(path, **conversion("bf16")))  # fmt: skip
+    engines = {
+        "torch bf16 mixed (compiled)": TorchEngine(
+            convert(path, **conversion("bf16")), precision="bf16", max_batch=batch
+        ),
+        "torch int8 PT2E (compiled, freezing)": TorchEngine(
+            convert(path), precision="int8", max_batch=batch, int8=plan
+        ),
+    }
+    timed = crops[:batch], latent[:batch]
+    calls: dict[str, Any] = {"ONNX Runtime fp32": lambda: session.run(None, {"target": timed[0], "source": timed[1]})}
+    first: dict[str, float] = {}
+    for label, engine in engines.items():
+        started = time.perf_counter()
+        for start in range(0, 32, batch):  # int8: the 32 faces it calibrates on; bf16: the same calls
+            engine.run({"target": crops[start : start + batch], "source": latent[start : start + batch]})
+        engine.run({"target": timed[0], "source": timed[1]})  # compiles
+        first[label] = time.perf_counter() - started
+        if engine.stats.precision_fallback:  # the guard failed: this row times bf16, and says so
+            label = f"{label} -> {engine.precision} (guard failed)"
+            first[label] = first.pop(label.split(" -> ")[0])
+        print(f"  {label:40} calibrate + compile + first calls {first[label]:6.1f} s  {engine.stats.guard or ''}")
+        calls[label] = lambda engine=engine: engine.run({"target": timed[0], "source": timed[1]})
+    times: dict[str, list[float]] = {label: [] for label in calls}
+    for _ in range(rounds):
+        for label, call in calls.items():
+            started = time.perf_counter()
+            call()
+            times[label].append(time.perf_counter() - started)
+    reference = session.run(None, {"target": crops, "source": latent})[0]
+    last = engines["torch int8 PT2E (compiled, freezing)"]
+    int8_out = last.run({"target": crops, "source": latent})[0]
+    held = guard([(torch.from_numpy(reference),)], [(torch.from_numpy(int8_out),)])
+    base = statistics.median(times["ONNX Runtime fp32"]) / batch
+    print(f"\nswapper alone, full-size replica, batch {batch}, median of {rounds} rounds, load {_load()}")
+    print(f"the int8 engine ({last.precision} in force) vs ONNX Runtime fp32 on all {len(crops)} faces: "
+          f"{held.describe()}")  # fmt: skip
+    print("| configuration | s/face | × ONNX Runtime fp32 | first calls |")
+    print("|---|---|---|---|")
+    for label, values in times.items():
+        per_face = statistics.median(values) / batch
+        print(f"| {label} | {per_face:.3f} | {base / per_face:.2f}× | {first.get(label, 0):.0f} s |")
+    print("\nguard on the other heavy replicas (reduced widths, 32 d18-shaped inputs):")
+    for name, model, size in (("arcface_w600k_r50", replicas.arcface_w600k_r50(), 112),
+                              ("gfpgan_1.4", replicas.gfpgan_1_4(), 512)):  # fmt: skip
+        module = convert(model)
+        inputs = [(torch.from_numpy(np.asarray(
+            torch.nn.functional.interpolate(torch.from_numpy(crops[i : i + 8]), size=size, mode="bilinear")) * 2 - 1),)
+            for i in range(0, 32, 8)]  # fmt: skip
+        with torch.inference_mode():
+            reference_outputs = [tuple(module(*call)) for call in inputs]
+        try:
+            graph = quantise(module, inputs, [True])
+        except Exception as error:  # the engine falls back to bf16 on this too
+            print(f"  {name}: cannot be quantised: {type(error).__name__}: {error}")
+            continue
+        with torch.inference_mode():
+            print(f"  {name}: {guard(reference_outputs, [tuple(graph(*call)) for call in inputs]).describe()}")
+
+
+OPENVINO_RUNS = {  # label: (family, openvino_precision)
+    "CPU provider fp32": ("cpu", "fp32"),
+    "OpenVINO fp32 hint": ("openvino", "fp32"),
+    "OpenVINO bf16 hint": ("openvino", "bf16"),
+}
+
+
+def provider_child(spec: dict[str, Any]) -> None:
+    """The swapper alone in this (fresh) process, through the engine's own loading (``OnnxEngine.load``: providers
+    and their options as a worker of the family chooses them); prints one JSON line, saves every output."""
+    import onnxruntime
+
+    from shared.settings import Settings
+    from workers.engines.onnx import OnnxEngine
+
+    family, precision = OPENVINO_RUNS[spec["label"]]
+    settings = Settings(environment="test", family=family, openvino_precision=precision)
+    started = time.perf_counter()
+    engine = OnnxEngine.load(Path(spec["model"]), settings)
+    loaded = time.perf_counter() - started
+    faces = np.load(spec["faces"])
+    crops, latent, batch = faces["crops"], faces["latent"], spec["batch"]
+    timed = {"target": crops[:batch], "source": latent[:batch]}
+    engine.run(timed)  # the first call (OpenVINO compiles for the shape)
+    times = []
+    for _ in range(spec["rounds"]):
+        started = time.perf_counter()
+        engine.run(timed)
+        times.append(time.perf_counter() - started)
+    outputs = [engine.run({"target": crops[i : i + batch], "source": latent[i : i + batch]})[0]
+               for i in range(0, len(crops), batch)]  # fmt: skip
+    np.save(spec["out"], np.concatenate(outputs))
+    runtime = f"{onnxruntime.__version__} ({', '.join(onnxruntime.get_available_providers())})"
+    print(json.dumps({"per_face": statistics.median(times) / batch, "load": loaded, "providers": engine.providers,
+                      "onnxruntime": runtime}))  # fmt: skip
+
+
+def openvino(rounds: int, batch: int, python: Path) -> None:
+    """The swapper alone (full-size replica) at the job's batch on d18's aligned faces: ONNX Runtime's CPU provider
+    in fp32 (this venv) against its OpenVINO provider with the fp32 and the bf16 precision hint (``python``: a venv
+    with onnxruntime-openvino, ``scripts/setup --venv .venv-openvino openvino``), each a fresh process, one after
+    the other; every output against the CPU provider's (PSNR over all faces, outputs in [0, 1])."""
+    from tests.support import replicas
+    from tests.support.faces import clip_frames, detector
+    from workers.faces.cropping import gather_crops
+    from workers.faces.swapping import SWAPPERS
+
+    if not python.exists():
+        raise SystemExit(f"{python} is missing: scripts/setup --venv .venv-openvino openvino")
+    model = BENCH / "models" / "inswapper_128.onnx"
+    if not model.exists():
+        model.parent.mkdir(parents=True, exist_ok=True)
+        onnx.save(replicas.inswapper_128(width=1.0), str(model))
+    frames = clip_frames("d18.mp4", slice(0, 216, 5))
+    faces = gather_crops(frames, detector().detect(frames), SWAPPERS["inswapper_128"].model.template, 128)
+    crops = np.ascontiguousarray(np.asarray(faces.crops)[..., ::-1].transpose(0, 3, 1, 2), np.float32) / 255
+    latent = np.random.default_rng(0).standard_normal((1, 512)).astype(np.float32) @ replicas.realistic_emap()
+    latent = np.repeat(latent / np.linalg.norm(latent) * 3.9, len(crops), axis=0).astype(np.float32)
+    folder = BENCH / "openvino"
+    folder.mkdir(parents=True, exist_ok=True)
+    np.savez(folder / "faces.npz", crops=crops, latent=latent)
+    print(f"{len(crops)} faces of d18; batch {batch}; load {_load()}", flush=True)
+    results: dict[str, dict[str, Any]] = {}
+    for label, (family, _) in OPENVINO_RUNS.items():
+        spec = {"label": label, "model": str(model), "faces": str(folder / "faces.npz"), "batch": batch,
+                "rounds": rounds, "out": str(folder / f"{family}-{label.split()[1]}.npy")}  # fmt: skip
+        done = subprocess.run(
+            [str(python) if family == "openvino" else sys.executable, "-m", "benchmarks.face_swap_cpu",
+             "--provider-child", json.dumps(spec)],
+            cwd=ROOT, capture_output=True, text=True,
+            env={k: v for k, v in os.environ.items() if not k.startswith("SWAPFARM_")},
+        )  # fmt: skip
+        if done.returncode != 0:
+            print(done.stderr[-3000:], file=sys.stderr)
+            raise SystemExit(f"{label}: failed")
+        results[label] = json.loads(done.stdout.strip().splitlines()[-1]) | {"out": spec["out"]}
+        print(f"  {label:20} {results[label]['per_face']:.3f} s/face  {results[label]}", flush=True)
+    reference = np.load(results["CPU provider fp32"]["out"])
+    base = results["CPU provider fp32"]["per_face"]
+    print(f"\nswapper alone, full-size replica, batch {batch}, median of {rounds} rounds, load {_load()}")
+    print("| configuration | providers | s/face | × CPU provider | PSNR vs CPU provider | session load |")
+    print("|---|---|---|---|---|---|")
+    for label, result in results.items():
+        output = np.load(result["out"])
+        mse = float(np.mean((output.astype(np.float64) - reference) ** 2))
+        quality = "identical" if mse == 0 else f"{10 * np.log10(1 / mse):.1f} dB"
+        print(f"| {label} | {', '.join(result['providers'])} | {result['per_face']:.3f} | "
+              f"{base / result['per_face']:.2f}× | {quality} | {result['load']:.1f} s |")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--frames", type=int, default=48, help="first frames of d18.mp4")
@@ -281,16 +467,26 @@ def main() -> None:
     parser.add_argument("--runs", default="d18,crowd,exported", help="which of the job runs: d18, crowd, exported")
     parser.add_argument("--levers", action="store_true", help="the swapper alone under each engine setting")
     parser.add_argument("--memory", action="store_true", help="peak RSS on d18's first tenth vs all of it")
+    parser.add_argument("--int8", action="store_true", help="the swapper alone: int8 vs bf16 vs ONNX Runtime fp32")
+    parser.add_argument("--openvino", action="store_true", help="the swapper alone: CPU provider vs OpenVINO fp32/bf16")
+    parser.add_argument("--openvino-python", type=Path, default=ROOT / ".venv-openvino" / "bin" / "python")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--provider-child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
     if args.child:
         child(json.loads(args.child))
+    elif args.provider_child:
+        provider_child(json.loads(args.provider_child))
+    elif args.openvino:
+        openvino(args.rounds, 8, args.openvino_python)
     elif args.levers:
         levers(args.rounds, 8)
     elif args.memory:
         memory(args)
+    elif args.int8:
+        int8(args.rounds, 8, args.data)
     else:
         jobs(args)
 

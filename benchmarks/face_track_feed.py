@@ -27,7 +27,7 @@ from shared.options import JobOptions
 from tests.support.media import read_frames
 from tests.support.replicas import replica_settings
 from workers.faces.detection import Face, FaceDetector
-from workers.track_feed import TrackFeed
+from workers.faces.track_feed import TrackFeed
 
 
 def _batches(frames: np.ndarray, size: int = 8) -> list[np.ndarray]:

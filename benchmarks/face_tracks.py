@@ -37,9 +37,9 @@ from shared.media import probe
 from shared.options import FaceOptions, JobOptions
 from tests.support.media import read_frames
 from tests.support.replicas import replica_settings
-from workers.embedded import run_local
 from workers.faces.detection import FaceDetector
 from workers.faces.tracking import FaceTracker
+from workers.local import run_local
 
 
 def _job(clip: Path, models: Path, work: Path, chunk_frames: int, face: dict[str, Any], keyframe_cuts: bool) -> Cost:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from shared.options import EncoderOptions, JobOptions
 from shared.settings import Settings
-from workers.embedded import run_local
+from workers.local import run_local
 
 
 def make_input(path: Path, seconds: int) -> None:

@@ -20,12 +20,12 @@ Rows, each a measurement:
   the device's free memory, and the batch the engine would fit at the safety fraction.
 * ``compile cache``: the same compile (swapper, default mode, bucket 8) in a second process, warm from the cache,
   against the cold first call above.
-* ``e2e``: a ``face_swapper`` job on ``crowd_1080p.mp4`` through the farm's embedded run (plan, chunks, stitch;
-  yunet detector, ArcFace replica, full-size inswapper replica on the torch engine, default mode, buckets up to
-  ``--e2e-max-batch``): frames/s and faces/s of a first (cold: model load, warm-up) and a second (warm) run,
-  each printed only when the job succeeded, with the device's busy share over the warm run (NVML, where present).
+* ``e2e``: a ``face_swapper`` job on ``crowd_1080p.mp4`` through ``swapfarm run``, the farm's local run (plan,
+  chunks, stitch; yunet detector, ArcFace replica, full-size inswapper replica on the torch engine, default mode,
+  buckets up to ``--e2e-max-batch``): frames/s and faces/s of a first (cold: model load, warm-up) and a second (warm)
+  run, each printed only when the job succeeded, with the device's busy share over the warm run (NVML, where present).
 * ``stage``: the same chain run serially on ``--stage-frames`` frames, the seconds per frame of each stage
-  (decode, detect, align, swap, paste, encode; upload and download are inside the swap on the host path).
+  (decode, detect, align, swap, paste, encode; upload and download are inside the swap on the host back-end).
 
 A time budget (``--budget`` seconds) skips what would overrun, saying so in the table. Each row is printed as it
 is measured (a run stopped at a time limit has printed what it measured); ``--parts`` runs some of the parts, and
@@ -64,11 +64,11 @@ from shared.media import probe  # noqa: E402
 from shared.options import JobOptions  # noqa: E402
 from shared.settings import CompileMode, Precision, Settings  # noqa: E402
 from tests.support import replicas  # noqa: E402
-from workers.embedded import run_local  # noqa: E402
 from workers.engines.compiling import conversion, use_compile_cache  # noqa: E402
 from workers.engines.memory import DeviceMemory, fitted_batch, memory_for  # noqa: E402
 from workers.engines.onnx_to_torch import convert  # noqa: E402
 from workers.engines.torch_engine import TorchEngine  # noqa: E402
+from workers.local import run_local  # noqa: E402
 from workers.pipeline import stages_of  # noqa: E402
 from workers.processors import ProcessorContext, Work, build  # noqa: E402
 from workers.video.pipes import FrameReader, FrameWriter  # noqa: E402
@@ -404,7 +404,12 @@ class Check:
                     rate=f"{seconds / frames * 1000:.1f} ms/frame", note=f"{seconds / total:.0%} of the serial time")
             )  # fmt: skip
         self.record(
-            Row("stage", "upload, download", "-", note="inside the swap stage on the host path (crops move per batch)")
+            Row(
+                "stage",
+                "upload, download",
+                "-",
+                note="inside the swap stage on the host back-end (crops move per batch)",
+            )
         )
         self.record(Row("stage", "faces", "-", rate=f"{self.faces_per_frame:.1f} faces/frame", note=f"{frames} frames"))
 

@@ -22,7 +22,7 @@ TOOLS = ("pip", "setuptools", "wheel")
 IMAGE_RUNTIMES = {
     "onnxruntime-gpu": "1.22.0",
     "onnxruntime-migraphx": "1.23.0",
-    "onnxruntime-openvino": "1.22.0",
+    "onnxruntime-openvino": "1.24.1",
 }
 HEADER = """\
 # Exact versions for the container images (PIP_CONSTRAINT in docker/*.Dockerfile): the dependency closure of

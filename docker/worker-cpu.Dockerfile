@@ -1,16 +1,20 @@
 # syntax=docker/dockerfile:1
 # swapfarm CPU worker, multi-arch (linux/amd64, linux/arm64): ONNX Runtime on the CPU, ffmpeg from Debian.
-# On amd64, --build-arg ORT_BUILD=openvino installs ONNX Runtime's OpenVINO build instead (Intel CPUs and iGPUs;
-# the worker then reports the `openvino` family and consumes render.openvino). OpenVINO's build exists for amd64
-# only, so an arm64 build with it fails rather than silently falling back.
+# On amd64, --build-arg ORT_BUILD=openvino installs the `openvino` extra instead: ONNX Runtime's OpenVINO build
+# (onnxruntime-openvino, pinned there and in docker/constraints.txt) in place of onnxruntime, which it replaces, and
+# no torch (x86 CPUs, Intel iGPUs; the worker then reports the `openvino` family and consumes render.openvino).
+# OpenVINO's build exists for amd64 only, so an arm64 build with it fails rather than silently falling back.
 #   docker buildx build --platform linux/amd64,linux/arm64 -f docker/worker-cpu.Dockerfile \
 #       -t swapfarm/worker-cpu:0.1.0 .
+# torch's CPU build (the compiled engine: int8 and bf16 where the CPU computes them natively) comes from PyTorch's CPU
+# index, TORCH_INDEX_URL, so no CUDA build is pulled; its pin is the worker extra's (pyproject.toml).
 # The same image runs the stitcher (`swapfarm worker --queues stitch`), beat and Flower in compose.yaml.
 FROM python:3.11.13-slim-bookworm
 
 ARG TARGETARCH
 ARG ORT_BUILD=default
 ARG FFMPEG_VERSION=7:5.1.9-0+deb12u1
+ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
@@ -20,6 +24,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PATH=/opt/swapfarm/venv/bin:$PATH \
     SWAPFARM_WORK_DIR=/var/lib/swapfarm/work \
     SWAPFARM_MODEL_CACHE_DIR=/var/cache/swapfarm/models \
+    SWAPFARM_TORCH_COMPILE_CACHE_DIR=/var/cache/swapfarm/compile/torch \
     SWAPFARM_WORKER_METRICS_PORT=9100 \
     SWAPFARM_WORKER_METRICS_ADDRESS=0.0.0.0
 
@@ -44,7 +49,8 @@ COPY workers workers
 COPY cli cli
 COPY migrations migrations
 # The same install command as CI (scripts/test -> scripts/setup); ffmpeg is already here, so no apt step.
-RUN extras=worker; \
+RUN export PIP_EXTRA_INDEX_URL="${TORCH_INDEX_URL}"; \
+    extras=worker; \
     if [ "${ORT_BUILD}" = openvino ]; then \
         if [ "${TARGETARCH}" != amd64 ]; then echo "ORT_BUILD=openvino needs linux/amd64" >&2; exit 1; fi; \
         extras=openvino; \

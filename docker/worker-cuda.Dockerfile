@@ -6,7 +6,7 @@
 # Jobs choose their encoder (libx264 by default; h264_nvenc/hevc_nvenc on request): H100/H200-class GPUs have NVDEC
 # but no NVENC. Needs the NVIDIA Container Toolkit on the host:
 #   docker build -f docker/worker-cuda.Dockerfile -t swapfarm/worker-cuda:0.1.0 .
-#   docker run --gpus all ... swapfarm/worker-cuda:0.1.0          (see docs/deploy.md)
+#   docker run --gpus all ... swapfarm/worker-cuda:0.1.0          (see docs/operations.md)
 # Bump together: the CUDA base, TORCH_INDEX_URL (PyTorch's wheel index of that CUDA) and onnxruntime-gpu's pin
 # in docker/constraints.txt (its CUDA/cuDNN major versions must match the base).
 FROM ghcr.io/astral-sh/uv:0.7.13 AS uv

@@ -1,5 +1,5 @@
 #!/bin/sh
-# The workers' database role (docs/deploy.md, "Database roles"), made by Postgres's entrypoint when the data volume
+# The workers' database role (docs/operations.md, "Database roles"), made by Postgres's entrypoint when the data volume
 # is new. It owns nothing and may do nothing yet: `swapfarm db upgrade --worker-role swapfarm_worker` (compose's
 # `migrate`) grants it the job tables after each migration, and no access to the API keys.
 set -eu

@@ -1,5 +1,5 @@
 #!/bin/sh
-# The API's database role (docs/deploy.md, "Database roles"), made by Postgres's entrypoint when the data volume is
+# The API's database role (docs/operations.md, "Database roles"), made by Postgres's entrypoint when the data volume is
 # new. It owns nothing: `swapfarm db upgrade --api-role swapfarm_api` (compose's `migrate`) grants it what the API
 # writes (jobs, events, sessions, keys' last use) after each migration, and never the schema.
 set -eu
