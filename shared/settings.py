@@ -259,6 +259,13 @@ class Settings(BaseSettings):
         "(e.g. an internal receiver at 10.1.2.0/24); none by default",
     )
     webhook_timeout_seconds: float = Field(10.0, gt=0, le=60, description="One delivery attempt's time limit")
+    webhook_resolve_timeout_seconds: float = Field(
+        3.0,
+        gt=0,
+        le=30,
+        description="How long the host of a callback_url may take to resolve, at submission and before each "
+        "attempt; a slower lookup is callback_url_invalid, so a name server that does not answer holds no API thread",
+    )
     webhook_retry_base_seconds: float = Field(5.0, gt=0, description="Wait before the first retry; doubles per try")
     webhook_retry_max_seconds: float = Field(7200.0, gt=0, description="Longest wait between two attempts")
     webhook_retry_for_seconds: float = Field(

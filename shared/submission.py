@@ -161,7 +161,10 @@ def screen(
         raise TooManySourcesError(f"source: at most {settings.max_sources} source images per job")
     if callback_url is not None:
         check_callback_url(
-            callback_url, production=settings.environment == "production", allowed=settings.webhook_allowed_networks
+            callback_url,
+            production=settings.environment == "production",
+            allowed=settings.webhook_allowed_networks,
+            resolve_timeout=settings.webhook_resolve_timeout_seconds,
         )
 
 

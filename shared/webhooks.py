@@ -17,7 +17,8 @@
   IPv6 address that carries an IPv4 one — mapped, NAT64, 6to4, Teredo … — is judged by the IPv4 one, and one whose
   IPv4 address cannot be found is refused). It runs at submission and
   again before each attempt, whose connection then goes to an address just checked (no second DNS lookup for an
-  attacker to answer differently).
+  attacker to answer differently). A lookup gets ``webhook_resolve_timeout_seconds``: a name server that drops the
+  query (an attacker's, or a flaky one) costs a request that long, not the resolver's own retries (10 s and more).
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ import re
 import socket
 import uuid
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as LookupTimeout
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
@@ -58,6 +61,10 @@ MAX_URL_LENGTH = 2048
 PENDING, DELIVERED, ABANDONED = "pending", "delivered", "abandoned"
 
 Resolver = Callable[[str, int], Sequence[str]]
+RESOLVE_TIMEOUT_SECONDS = 3.0  # the default of settings.webhook_resolve_timeout_seconds
+# getaddrinfo cannot be interrupted: a lookup over its time is left to end in one of these threads. Eight of them
+# bound what hung lookups hold; when all are taken, a new lookup waits its time in the queue and is refused too.
+_LOOKUPS = ThreadPoolExecutor(max_workers=8, thread_name_prefix="callback-dns")
 _UNSAFE = re.compile(r"[\x00-\x20\x7f]")
 
 
@@ -93,14 +100,31 @@ def _resolve(host: str, port: int) -> list[str]:
     return [str(info[4][0]) for info in infos]
 
 
+def _resolve_within(resolve: Resolver, host: str, port: int, timeout: float) -> list[str]:
+    lookup = _LOOKUPS.submit(resolve, host, port)
+    try:
+        return list(lookup.result(timeout=timeout))
+    except LookupTimeout:
+        lookup.cancel()
+        raise CallbackUrlError(f"callback_url: the host {host!r} did not resolve within {timeout:g} s") from None
+    except (OSError, UnicodeError) as exc:
+        raise CallbackUrlError(f"callback_url: the host {host!r} does not resolve") from exc
+
+
 def check_callback_url(
-    url: str, *, production: bool, allowed: Sequence[IPNetwork] = (), resolve: Resolver = _resolve
+    url: str,
+    *,
+    production: bool,
+    allowed: Sequence[IPNetwork] = (),
+    resolve: Resolver = _resolve,
+    resolve_timeout: float = RESOLVE_TIMEOUT_SECONDS,
 ) -> Target:
-    """The URL, checked for a webhook: its scheme, its form and every address its host resolves to.
+    """The URL, checked for a webhook: its scheme, its form and every address its host resolves to, within
+    ``resolve_timeout`` seconds.
 
     Raises:
         CallbackUrlError: ``callback_url_invalid`` (not an absolute http(s) URL, ``http`` in production, user
-            info, a host that does not resolve) or ``callback_url_forbidden`` (an address of the host is loopback,
+            info, a host that does not resolve in time) or ``callback_url_forbidden`` (an address of the host is loopback,
             link-local, private or otherwise not public, and not in ``allowed``).
 
     >>> check_callback_url("https://127.0.0.1/hook", production=True)
@@ -131,10 +155,7 @@ def check_callback_url(
     if literal is not None:
         found = [str(literal)]
     else:
-        try:
-            found = list(resolve(host, port))
-        except (OSError, UnicodeError) as exc:
-            raise CallbackUrlError(f"callback_url: the host {host!r} does not resolve") from exc
+        found = _resolve_within(resolve, host, port, resolve_timeout)
     addresses = tuple(dict.fromkeys(ipaddress.ip_address(a.split("%", 1)[0]) for a in found))
     if not addresses:
         raise CallbackUrlError(f"callback_url: the host {host!r} does not resolve")

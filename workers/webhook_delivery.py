@@ -66,6 +66,7 @@ def attempt(claim: webhooks.Claim, settings: Settings) -> webhooks.Outcome:
             claim.url,
             production=settings.environment == "production",
             allowed=settings.webhook_allowed_networks,
+            resolve_timeout=settings.webhook_resolve_timeout_seconds,
         )
     except CallbackUrlError as exc:
         return webhooks.Outcome(False, exc.code, exc.message)

@@ -32,7 +32,9 @@ schema = schemathesis.openapi.from_dict(create_app().openapi())
 def server(
     database_url: str, broker_url: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[LiveApi, str]]:
-    """One API server for every operation; small upload limits keep generated uploads cheap to refuse."""
+    """One API server for every operation; small upload limits keep generated uploads cheap to refuse, and a short
+    lookup time the generated callback hosts (``0.com`` …) cheap to resolve or refuse: a name server that drops
+    some of those queries would otherwise cost the resolver's 5-second retries each (most of this test's time)."""
     home = tmp_path_factory.mktemp("fuzz")
     settings = Settings(
         environment="test",
@@ -42,6 +44,7 @@ def server(
         work_dir=home / "work",
         max_upload_bytes=64 * 1024,
         max_source_bytes=8 * 1024,
+        webhook_resolve_timeout_seconds=0.25,
     )
     (home / "logs").mkdir()
     with live_api(settings, home / "logs") as api:

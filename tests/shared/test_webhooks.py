@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from ipaddress import ip_network
@@ -66,6 +67,25 @@ def test_public_hosts_pass_and_the_connection_is_pinned_to_a_checked_address() -
     )
     assert target.pinned_url() == "https://93.184.215.14:8443/in?x=1"
     assert target.host_header == "hooks.example.com:8443"
+
+
+def test_a_host_whose_name_server_does_not_answer_is_invalid_after_the_lookup_time_and_others_still_resolve() -> None:
+    answered = threading.Event()
+
+    def silent(host: str, port: int) -> Sequence[str]:
+        answered.wait(30)  # a name server that drops the query: the resolver's own retries take 10 s and more
+        raise OSError("timed out")
+
+    try:
+        with pytest.raises(CallbackUrlError) as refused:
+            check_callback_url("https://dropped.example.com/x", production=True, resolve=silent, resolve_timeout=0.05)
+        assert refused.value.code == "callback_url_invalid"
+        assert "did not resolve within 0.05 s" in refused.value.message
+        # The hung lookup holds one thread, not the check of the next URL.
+        target = check_callback_url("https://hooks.example.com/x", production=True, resolve=resolver("93.184.215.14"))
+        assert target.pinned_url() == "https://93.184.215.14:443/x"
+    finally:
+        answered.set()
 
 
 def test_the_operator_may_allow_a_private_network_and_plain_http_outside_production() -> None:
