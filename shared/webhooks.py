@@ -124,8 +124,8 @@ def check_callback_url(
 
     Raises:
         CallbackUrlError: ``callback_url_invalid`` (not an absolute http(s) URL, ``http`` in production, user
-            info, a host that does not resolve in time) or ``callback_url_forbidden`` (an address of the host is loopback,
-            link-local, private or otherwise not public, and not in ``allowed``).
+            info, a host that does not resolve in time) or ``callback_url_forbidden`` (an address of the host is
+            loopback, link-local, private or otherwise not public, and not in ``allowed``).
 
     >>> check_callback_url("https://127.0.0.1/hook", production=True)
     Traceback (most recent call last):
