@@ -18,7 +18,7 @@ from tests.support.live import LiveApi, live_api
 from tests.support.tenants import bearer, make_key
 
 JOB_ID = "0" * 32
-TIMEOUT = 2.0  # every bound in these settings: a stalled request is answered within seconds
+TIMEOUT = 1.0  # every bound in these settings: a stalled request is answered within seconds
 
 
 @pytest.fixture(scope="module")
