@@ -18,6 +18,7 @@ alternating between configurations): torch fp32 vs bf16, Inductor freezing, ``cp
     .venv/bin/python -m benchmarks.face_swap_cpu --int8      # the swapper alone: int8 vs bf16 vs ONNX Runtime fp32
     .venv/bin/python -m benchmarks.face_swap_cpu --memory    # peak RSS, 21 vs 216 frames of d18: flat in length
     .venv/bin/python -m benchmarks.face_swap_cpu --openvino  # the swapper alone: CPU provider vs OpenVINO fp32, bf16
+    .venv/bin/python -m benchmarks.face_swap_cpu --int8-layers [--width 1.0]  # which layers int8 loses PSNR in
 """
 
 from __future__ import annotations
@@ -275,6 +276,21 @@ def levers(rounds: int, batch: int) -> None:
         print(f"| {label} | {per_face:.3f} | {base / per_face:.2f}× | {first.get(label, 0):.0f} s |")
 
 
+def _d18_faces() -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """d18's faces of every fifth frame aligned for inswapper (RGB, [N, 3, 128, 128] in [0, 1]), and one source
+    embedding of a realistic norm (through the replica's emap) for each."""
+    from tests.support import replicas
+    from tests.support.faces import clip_frames, detector
+    from workers.faces.cropping import gather_crops
+    from workers.faces.swapping import SWAPPERS
+
+    frames = clip_frames("d18.mp4", slice(0, 216, 5))
+    faces = gather_crops(frames, detector().detect(frames), SWAPPERS["inswapper_128"].model.template, 128)
+    crops = np.ascontiguousarray(np.asarray(faces.crops)[..., ::-1].transpose(0, 3, 1, 2), np.float32) / 255
+    latent = np.random.default_rng(0).standard_normal((1, 512)).astype(np.float32) @ replicas.realistic_emap()
+    return crops, np.repeat(latent / np.linalg.norm(latent) * 3.9, len(crops), axis=0).astype(np.float32)
+
+
 def int8(rounds: int, batch: int, data: Path) -> None:
     """The swapper alone at the job's batch, on d18's own aligned faces: ONNX Runtime fp32, torch bf16 and torch
     int8 (the engine's own path: calibrated on the first 32 faces, guarded, compiled with freezing), side by side;
@@ -283,13 +299,10 @@ def int8(rounds: int, batch: int, data: Path) -> None:
     import torch
 
     from tests.support import replicas
-    from tests.support.faces import clip_frames, detector
     from workers.engines.compiling import conversion, use_compile_cache
     from workers.engines.onnx_to_torch import convert
     from workers.engines.quantising import Int8Plan, QuantisedGraphs, guard, model_hash, quantise
     from workers.engines.torch_engine import TorchEngine
-    from workers.faces.cropping import gather_crops
-    from workers.faces.swapping import SWAPPERS
 
     path = BENCH / "models" / "inswapper_128.onnx"
     if not path.exists():
@@ -298,12 +311,7 @@ def int8(rounds: int, batch: int, data: Path) -> None:
     cache = BENCH / "caches" / "int8"
     shutil.rmtree(cache, ignore_errors=True)
     use_compile_cache(cache)
-    frames = clip_frames("d18.mp4", slice(0, 216, 5))
-    faces = gather_crops(frames, detector().detect(frames), SWAPPERS["inswapper_128"].model.template, 128)
-    crops = np.ascontiguousarray(np.asarray(faces.crops)[..., ::-1].transpose(0, 3, 1, 2), np.float32) / 255
-    rng = np.random.default_rng(0)
-    latent = rng.standard_normal((1, 512)).astype(np.float32) @ replicas.realistic_emap()
-    latent = np.repeat(latent / np.linalg.norm(latent) * 3.9, len(crops), axis=0).astype(np.float32)
+    crops, latent = _d18_faces()
     print(f"{len(crops)} faces of d18; batch {batch}; load {_load()}", flush=True)
     options = onnxruntime.SessionOptions()
     options.log_severity_level = 3
@@ -376,6 +384,69 @@ OPENVINO_RUNS = {  # label: (family, openvino_precision)
 }
 
 
+def _as_tuple(outputs: Any) -> tuple[Any, ...]:
+    return tuple(outputs) if isinstance(outputs, tuple | list) else (outputs,)
+
+
+def int8_layers(width: float) -> None:
+    """Which of the swapper replica's layers lose the int8 guard's PSNR: the engine's PT2E recipe on 32 of d18's
+    aligned faces, with every convolution but a chosen group (or one) left in fp32, each held to fp32 by the guard
+    (eager; no timing). The groups follow inswapper's layout: convolutions 0-3 the encoder (0 reads the image), 4-15
+    the six style blocks (two each), 16-19 the decoder (19 writes the image); the 12 linears make the style vectors."""
+    import torch
+    from torchao.quantization.pt2e.quantizer import x86_inductor_quantizer as x86
+
+    from tests.support import replicas
+    from workers.engines import quantising
+    from workers.engines.onnx_to_torch import convert
+
+    path = BENCH / "models" / f"inswapper_128-width-{width:g}.onnx"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(replicas.inswapper_128(width=width), str(path))
+    crops, latent = _d18_faces()
+    module = convert(path).eval()
+    calls = [(torch.from_numpy(crops[i : i + 8]), torch.from_numpy(latent[i : i + 8])) for i in range(0, 32, 8)]
+    with torch.no_grad():
+        reference = [_as_tuple(module(*call)) for call in calls]
+    prepare_pt2e, convert_pt2e, _, source = quantising._pt2e()
+    aten = torch.ops.aten
+
+    def psnr_with_int8(convs: set[int], linears: bool) -> float:
+        class Chosen(x86.X86InductorQuantizer):  # type: ignore[misc]  # untyped
+            def annotate(self, model: torch.fx.GraphModule) -> torch.fx.GraphModule:
+                annotated: torch.fx.GraphModule = super().annotate(model)
+                nodes = annotated.graph.nodes
+                for index, node in enumerate(n for n in nodes if n.target is aten.conv2d.default):
+                    if index not in convs:
+                        node.meta.pop("quantization_annotation", None)
+                for node in (n for n in nodes if n.target is aten.linear.default and not linears):
+                    node.meta.pop("quantization_annotation", None)
+                return annotated
+
+        quantizer = Chosen()
+        quantizer.set_global(x86.get_default_x86_inductor_quantization_config())
+        graph = quantising.export(module, calls[0], [True, True], strict=True).module()
+        prepared = prepare_pt2e(quantising._without_noop_casts(graph), quantizer)
+        with torch.no_grad():
+            for call in calls:
+                prepared(*call)
+            quantised = convert_pt2e(prepared)
+            outputs = [_as_tuple(quantised(*call)) for call in calls]
+        return quantising.guard(reference, outputs).figure
+
+    print(f"inswapper_128 replica, width {width:g}; 32 of d18's faces; {source}; int8 vs fp32 inside the face")
+    rows = {
+        "every layer but the first and last convolutions (the engine's recipe)": (set(range(1, 19)), True),
+        "the same, linears in fp32": (set(range(1, 19)), False),
+        "encoder convolutions 1-3 only": ({1, 2, 3}, False),
+        "style-block convolutions 4-15 only": (set(range(4, 16)), False),
+        "decoder convolutions 16-18 only": ({16, 17, 18}, False),
+        **{f"convolution {k} only": ({k}, False) for k in (1, 4, 5, 10, 15, 17)},
+    }
+    for label, (convs, linears) in rows.items():
+        print(f"  {label:72s} {psnr_with_int8(convs, linears):6.2f} dB", flush=True)
+
+
 def provider_child(spec: dict[str, Any]) -> None:
     """The swapper alone in this (fresh) process, through the engine's own loading (``OnnxEngine.load``: providers
     and their options as a worker of the family chooses them); prints one JSON line, saves every output."""
@@ -412,9 +483,6 @@ def openvino(rounds: int, batch: int, python: Path) -> None:
     with onnxruntime-openvino, ``scripts/setup --venv .venv-openvino openvino``), each a fresh process, one after
     the other; every output against the CPU provider's (PSNR over all faces, outputs in [0, 1])."""
     from tests.support import replicas
-    from tests.support.faces import clip_frames, detector
-    from workers.faces.cropping import gather_crops
-    from workers.faces.swapping import SWAPPERS
 
     if not python.exists():
         raise SystemExit(f"{python} is missing: scripts/setup --venv .venv-openvino openvino")
@@ -422,11 +490,7 @@ def openvino(rounds: int, batch: int, python: Path) -> None:
     if not model.exists():
         model.parent.mkdir(parents=True, exist_ok=True)
         onnx.save(replicas.inswapper_128(width=1.0), str(model))
-    frames = clip_frames("d18.mp4", slice(0, 216, 5))
-    faces = gather_crops(frames, detector().detect(frames), SWAPPERS["inswapper_128"].model.template, 128)
-    crops = np.ascontiguousarray(np.asarray(faces.crops)[..., ::-1].transpose(0, 3, 1, 2), np.float32) / 255
-    latent = np.random.default_rng(0).standard_normal((1, 512)).astype(np.float32) @ replicas.realistic_emap()
-    latent = np.repeat(latent / np.linalg.norm(latent) * 3.9, len(crops), axis=0).astype(np.float32)
+    crops, latent = _d18_faces()
     folder = BENCH / "openvino"
     folder.mkdir(parents=True, exist_ok=True)
     np.savez(folder / "faces.npz", crops=crops, latent=latent)
@@ -469,6 +533,8 @@ def main() -> None:
     parser.add_argument("--memory", action="store_true", help="peak RSS on d18's first tenth vs all of it")
     parser.add_argument("--int8", action="store_true", help="the swapper alone: int8 vs bf16 vs ONNX Runtime fp32")
     parser.add_argument("--openvino", action="store_true", help="the swapper alone: CPU provider vs OpenVINO fp32/bf16")
+    parser.add_argument("--int8-layers", action="store_true", help="which swapper layers int8 loses PSNR in")
+    parser.add_argument("--width", type=float, default=1 / 32, help="--int8-layers: the replica's width (1: full size)")
     parser.add_argument("--openvino-python", type=Path, default=ROOT / ".venv-openvino" / "bin" / "python")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--child", help=argparse.SUPPRESS)
@@ -487,6 +553,8 @@ def main() -> None:
         memory(args)
     elif args.int8:
         int8(args.rounds, 8, args.data)
+    elif args.int8_layers:
+        int8_layers(args.width)
     else:
         jobs(args)
 
