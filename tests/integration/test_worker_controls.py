@@ -36,6 +36,12 @@ def settings(settings: Settings) -> Settings:
     return settings.model_copy(update={"max_attempts": 40})
 
 
+def _own_name(role: str) -> str:
+    """A worker name no other test uses: failures are counted per worker name across jobs (the quarantine window),
+    so a broken worker that kept the name of another test's would arrive with that test's failures, in any order."""
+    return f"{role}-{new_id()[:8]}@test"
+
+
 def _other_tenants_job(api: TestClient, settings: Settings, clip: Path) -> str:
     """A job of a second tenant: fair share serves it next, ahead of the first tenant's older job."""
     files = {"target": (clip.name, clip.read_bytes(), "video/mp4")}
@@ -84,7 +90,7 @@ def _status(settings: Settings, job_id: str) -> str:
 def test_a_broken_worker_is_blocklisted_then_quarantined_while_a_healthy_one_finishes_the_jobs(
     farm: Farm, api: TestClient, settings: Settings, clip_short: Path, tmp_path: Path
 ) -> None:
-    broken = farm.worker("w1", env=broken_renders(tmp_path / "broken"))
+    broken = farm.worker("w1", env=broken_renders(tmp_path / "broken"), hostname=_own_name("broken"))
     first = submit(api, clip_short, PASSTHROUGH)
     # Alone, it fails the first job's chunk twice (blocklist_after = 2): it takes no more of that job.
     wait_for(lambda: events_of(api, first, "worker_blocklisted"), timeout=120, what="the broken worker blocklisted")
@@ -127,8 +133,7 @@ def test_a_chunk_that_fails_on_a_broken_worker_is_rendered_by_the_other_live_wor
     farm: Farm, api: TestClient, settings: Settings, clip_short: Path, tmp_path: Path
 ) -> None:
     started = utcnow()
-    # A name of its own: the failures it leaves would count towards a quarantine of the next tests' broken "w1@test".
-    broken = farm.worker("w1", env=broken_renders(tmp_path / "broken"), hostname=f"soft-{new_id()[:8]}@test")
+    broken = farm.worker("w1", env=broken_renders(tmp_path / "broken"), hostname=_own_name("soft"))
     healthy = farm.worker("w2")
 
     def live(name: str) -> bool:
@@ -155,7 +160,7 @@ def test_a_quarantined_worker_that_restarts_healthy_is_released_and_one_still_br
     farm: Farm, api: TestClient, settings: Settings, clip_short: Path, tmp_path: Path
 ) -> None:
     env = broken_renders(tmp_path / "broken")
-    broken = farm.worker("w1", env=env)
+    broken = farm.worker("w1", env=env, hostname=_own_name("restarted"))
     first = submit(api, clip_short, PASSTHROUGH)
     wait_for(lambda: events_of(api, first, "worker_blocklisted"), timeout=120, what="blocklisted")
     second = _other_tenants_job(api, settings, clip_short)
@@ -166,11 +171,11 @@ def test_a_quarantined_worker_that_restarts_healthy_is_released_and_one_still_br
         return row is not None and row.stopped_at is None and "still quarantined" in farm.log("w1")
 
     farm.stop()  # stops it cleanly; started again with the same broken ffmpeg, its self-test fails
-    farm.worker("w1", env=env)
+    farm.worker("w1", env=env, hostname=broken)
     wait_for(restarted, timeout=120, what="the broken worker's failed self-test")
     assert _worker(settings, broken).quarantined_at is not None  # type: ignore[union-attr]
     farm.stop()
-    farm.worker("w1")  # fixed: its self-test passes, it is released and finishes both jobs
+    farm.worker("w1", hostname=broken)  # fixed: its self-test passes, it is released and finishes both jobs
     for job_id in (first, second):
         assert _finished(api, settings, job_id, farm)["status"] == "succeeded"
     row = _worker(settings, broken)
@@ -181,7 +186,7 @@ def test_a_quarantined_worker_that_restarts_healthy_is_released_and_one_still_br
 def test_max_failed_chunks_fails_the_job_early_instead_of_burning_its_retries(
     farm: Farm, api: TestClient, settings: Settings, clip_short: Path, tmp_path: Path
 ) -> None:
-    broken = farm.worker("w1", env=broken_renders(tmp_path / "broken"))
+    broken = farm.worker("w1", env=broken_renders(tmp_path / "broken"), hostname=_own_name("limited"))
     job_id = submit(api, clip_short, {**PASSTHROUGH, "max_failed_chunks": 1})
     body = wait_finished(api, job_id, farm)
     assert body["status"] == "failed" and body["error"]["code"] == "too_many_failed_chunks", body
