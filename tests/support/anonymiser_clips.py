@@ -201,7 +201,9 @@ def _scenes(spec: ClipSpec, rng: np.random.Generator) -> list[_Scene]:
     return scenes
 
 
-def _paste(frame: Frame, patch: Frame, face_height: float, size: float, cx: float, cy: float, angle: float) -> None:
+def paste_face(frame: Frame, patch: Frame, face_height: float, size: float, cx: float, cy: float, angle: float) -> bool:
+    """Paste the face ``patch`` (its face ``face_height`` px tall) into ``frame`` at ``size`` px, centred on ``cx``,
+    ``cy`` and turned by ``angle`` degrees, through a soft elliptic mask; False where it falls outside the frame."""
     height, width = frame.shape[:2]
     scale = size / face_height
     side = patch.shape[0]
@@ -217,11 +219,12 @@ def _paste(frame: Frame, patch: Frame, face_height: float, size: float, cx: floa
     fx1, fy1 = max(x0, 0), max(y0, 0)
     fx2, fy2 = min(x0 + out_side, width), min(y0 + out_side, height)
     if fx2 <= fx1 or fy2 <= fy1:
-        return
+        return False
     region = frame[fy1:fy2, fx1:fx2].astype(np.float32)
     src = warped[fy1 - y0 : fy2 - y0, fx1 - x0 : fx2 - x0].astype(np.float32)
     a = alpha[fy1 - y0 : fy2 - y0, fx1 - x0 : fx2 - x0]
     frame[fy1:fy2, fx1:fx2] = np.clip(src * a + region * (1 - a), 0, 255).astype(np.uint8)
+    return True
 
 
 def generate(spec: ClipSpec) -> Iterator[tuple[Frame, list[Truth]]]:
@@ -239,7 +242,7 @@ def generate(spec: ClipSpec) -> Iterator[tuple[Frame, list[Truth]]]:
             for number, route in enumerate(scene.routes):
                 size, cx, cy, angle = route.at(local, scene.length, spec.width, spec.height)
                 patch, face_height = faces[route.patch]
-                _paste(frame, patch, face_height, size, cx, cy, angle)
+                paste_face(frame, patch, face_height, size, cx, cy, angle)
                 half = size * 0.25
                 core = (
                     max(int(cx - half), 0),

@@ -13,6 +13,7 @@ import cv2
 import numpy as np
 import numpy.typing as npt
 
+from tests.support.anonymiser_clips import paste_face
 from tests.support.faces import detector, image
 
 Frames = npt.NDArray[np.uint8]
@@ -96,25 +97,8 @@ def build(path: Path) -> list[Truth]:
         for number, route in enumerate(PATHS):
             size, cx, cy, angle = route.at(t)
             patch, face_height = patches[route.face]
-            scale = size / face_height
-            side = patch.shape[0]
-            out_side = int(math.ceil(side * scale * 1.5)) | 1
-            matrix = cv2.getRotationMatrix2D((side / 2, side / 2), angle, scale)
-            matrix[:, 2] += out_side / 2 - side / 2
-            warped = cv2.warpAffine(patch, matrix, (out_side, out_side), flags=cv2.INTER_AREA)
-            mask = np.zeros((side, side), np.float32)
-            cv2.ellipse(mask, (side // 2, side // 2), (int(side * 0.42), int(side * 0.48)), 0, 0, 360, 1.0, -1)
-            mask = cv2.GaussianBlur(mask, (0, 0), side * 0.03)
-            alpha = cv2.warpAffine(mask, matrix, (out_side, out_side))[..., None]
-            x0, y0 = int(round(cx - out_side / 2)), int(round(cy - out_side / 2))
-            fx1, fy1 = max(x0, 0), max(y0, 0)
-            fx2, fy2 = min(x0 + out_side, WIDTH), min(y0 + out_side, HEIGHT)
-            if fx2 <= fx1 or fy2 <= fy1:
+            if not paste_face(frame, patch, face_height, size, cx, cy, angle):
                 continue
-            region = frame[fy1:fy2, fx1:fx2].astype(np.float32)
-            src = warped[fy1 - y0 : fy2 - y0, fx1 - x0 : fx2 - x0].astype(np.float32)
-            a = alpha[fy1 - y0 : fy2 - y0, fx1 - x0 : fx2 - x0]
-            frame[fy1:fy2, fx1:fx2] = np.clip(src * a + region * (1 - a), 0, 255).astype(np.uint8)
             half = size * 0.25
             core = (
                 max(int(cx - half), 0),
