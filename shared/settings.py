@@ -200,8 +200,9 @@ class Settings(BaseSettings):
     # else as whole BGR frames on the host.
     engine: EngineName | Literal["auto"] = Field(
         "auto",
-        description="auto: compiled torch on cuda/rocm, and on CPUs that compute bf16 natively (AMX, AVX-512 BF16) "
-        "in bf16; ONNX Runtime elsewhere (swapfarm doctor says which and why)",
+        description="auto: compiled torch on cuda/rocm; on CPUs that compute bf16 natively (AMX, AVX-512 BF16), per "
+        "model, torch in bf16 or ONNX Runtime, whichever a trial on first use measured faster (kept with the compile "
+        "cache); ONNX Runtime elsewhere (swapfarm doctor says which and why)",
     )
     device_detection: Literal["auto", "on", "off"] = Field(
         "auto",
@@ -218,8 +219,8 @@ class Settings(BaseSettings):
     )
     torch_precision: Precision | Literal["auto"] = Field(
         "auto",
-        description="Compute dtype of the torch engine; auto: on CPUs int8 where they have VNNI (PT2E, calibrated on "
-        "the first faces, bf16 where it fails its guard), else bf16 where they compute it natively; fp32 elsewhere",
+        description="Compute dtype of the torch engine; auto: bf16 on CPUs that compute it natively, fp32 elsewhere; "
+        "int8 (PT2E, calibrated on the first faces, bf16 where it fails its guard) only where set",
     )
     torch_compile_cache_dir: Path = Field(
         Path("~/.cache/swapfarm/torch-compile"), description="Persistent compile cache (TORCHINDUCTOR_CACHE_DIR)"

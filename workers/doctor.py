@@ -30,7 +30,7 @@ from shared.options import ProcessorName
 from shared.settings import Settings
 from workers.engines.capability import probe_cpu
 from workers.engines.family import detect_family, torch_build
-from workers.engines.loading import ONNX_RUNTIME_KINDS, EngineChoice, choose_engine, compile_mode, max_batch
+from workers.engines.loading import ONNX_RUNTIME_KINDS, EngineChoice, compile_mode, kept_choice, max_batch
 from workers.frames.choice import frame_backend, frame_path_engine
 from workers.models.custom import custom_models
 from workers.models.registry import REGISTRY
@@ -165,7 +165,7 @@ def _engines_section(report: Report, settings: Settings, family: AcceleratorFami
                 kind = REGISTRY[model].kind.replace("_", " ")
                 verdict = f"onnxruntime fp32 — always ONNX Runtime ({kind}: no engine is chosen for it)"
             else:
-                choice = chosen.setdefault(model, choose_engine(settings, family, model))
+                choice = chosen.setdefault(model, kept_choice(settings, family, model))
                 verdict = f"{choice.engine} {choice.precision} — {choice.reason}"
             by_verdict.setdefault(verdict, []).append(model)
         for verdict, named in by_verdict.items():

@@ -1,11 +1,12 @@
 """Loading a heavy face model (a swapper or an enhancer) on the engine chosen for it and this worker's family.
 
 ``settings.engine`` picks the engine, ``settings.model_engines`` overrides it per model. ``auto`` picks, per machine,
-the fastest engine that keeps quality (:func:`choose_engine`): the compiled torch engine on CUDA/ROCm; on CPUs with
-int8 dot products (VNNI) the compiled torch engine in int8, each model held to fp32 by its guard and in bf16 where it
+the fastest engine that keeps quality (:func:`choose_engine`): the compiled torch engine on CUDA/ROCm; with int8 set
+(``torch_precision``) the compiled torch engine in int8, each model held to fp32 by its guard and in bf16 where it
 fails (:mod:`workers.engines.quantising`); on CPUs that compute bf16 natively (AMX or AVX-512 BF16, as
-:mod:`workers.engines.capability` probes it) the compiled torch engine in bf16 — its swapped crops stay above
-35 dB PSNR of fp32's (tests/workers/engines/test_torch_engine.py); ONNX Runtime fp32 elsewhere. A model the torch
+:mod:`workers.engines.capability` probes it) whichever of the compiled torch engine in bf16 — its swapped crops stay
+above 35 dB PSNR of fp32's (tests/workers/engines/test_torch_engine.py) — and ONNX Runtime fp32 runs the model faster
+here, measured on its first use (:mod:`workers.engines.trials`); ONNX Runtime fp32 elsewhere. A model the torch
 converter cannot take runs on ONNX Runtime instead, with a :class:`~workers.engines.base.Degradation` the render
 step reports; it never fails the job.
 
@@ -24,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from shared.errors import ModelError
 from shared.families import FAMILIES, GPU_FAMILIES, AcceleratorFamily
@@ -32,9 +34,14 @@ from workers.engines.base import Degradation, Engine
 from workers.engines.batching import FittedBatches
 from workers.engines.capability import CpuProbe, probe_cpu
 from workers.engines.family import detect_family
-from workers.engines.memory import HostMemory, memory_for
+from workers.engines.memory import DeviceMemory, HostMemory, memory_for
 from workers.engines.onnx import OnnxEngine
+from workers.engines.trials import Trial, TrialBook, TrialEngine
+from workers.models.download import sha256_of
 from workers.models.registry import ModelKind
+
+if TYPE_CHECKING:
+    from workers.engines.torch_engine import TorchEngine
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +64,9 @@ class EngineChoice:
     engine: EngineName
     precision: Precision
     reason: str
+    trial: bool = False
+    """Whether the model is put on trial against ONNX Runtime on first use (:mod:`workers.engines.trials`), with
+    ``engine`` and ``precision`` the contender's: unless a kept trial says otherwise, it starts on ONNX Runtime."""
 
 
 def choose_engine(
@@ -99,8 +109,10 @@ def choose_engine(
     return EngineChoice(
         "torch",
         "bf16",
-        f"auto: the CPU computes bf16 natively ({capability.describe()}): compiled torch in bf16 "
-        "(faster than ONNX Runtime fp32, crops within 35 dB PSNR of fp32)",
+        f"auto: the CPU computes bf16 natively ({capability.describe()}): compiled torch in bf16 where it runs the "
+        "model faster than ONNX Runtime fp32, timed on its first use (starting on ONNX Runtime) and kept with the "
+        "compile cache (crops within 35 dB PSNR of fp32)",
+        trial=True,
     )
 
 
@@ -196,6 +208,12 @@ def load_model(path: Path, settings: Settings, *, name: str, batch_input: str) -
         mtime_ns = resolved.stat().st_mtime_ns
     except OSError as error:
         raise ModelError(f"cannot load model {path}: {error}") from error
+    if choice.trial:
+        kept = kept_trial(resolved, settings, family, name, choice.precision)
+        if kept is None:
+            return _load_on_trial(resolved, mtime_ns, settings, family, name, batch_input, choice.precision)
+        choice = _decided_by(kept)
+        logger.info("model %s on %s %s: %s", name, kept.engine, kept.precision, kept.describe())
     if choice.engine == "torch":
         if not torch_installed():
             raise ModelError(f"model {name} is set to the torch engine but torch is not installed (extra 'torch')")
@@ -229,6 +247,86 @@ def load_model(path: Path, settings: Settings, *, name: str, batch_input: str) -
         return _ONNX_MODELS[key]
 
 
+def kept_choice(
+    settings: Settings, family: AcceleratorFamily, model: str, *, cpu: CpuProbe = probe_cpu
+) -> EngineChoice:
+    """:func:`choose_engine`'s choice, or for a model it puts on trial, what the newest trial kept in the compile
+    cache on this CPU chose (whatever the model file; ``swapfarm doctor`` prints it and hashes no model file)."""
+    choice = choose_engine(settings, family, model, cpu=cpu)
+    if not choice.trial:
+        return choice
+    kept = TrialBook(settings.torch_compile_cache_dir).latest(model, cpu().describe())
+    return choice if kept is None else _decided_by(kept)
+
+
+def _decided_by(trial: Trial) -> EngineChoice:
+    return EngineChoice(trial.engine, trial.precision, f"auto: {trial.describe()}")
+
+
+def kept_trial(
+    path: Path, settings: Settings, family: AcceleratorFamily, name: str, precision: Precision
+) -> Trial | None:
+    """The trial of model file ``path`` kept in the compile cache, if one ran on this CPU at this worker's batch."""
+    book = TrialBook(settings.torch_compile_cache_dir)
+    return book.get(trial_key(path, settings, family, precision))
+
+
+def trial_key(path: Path, settings: Settings, family: AcceleratorFamily, precision: Precision) -> str:
+    return TrialBook.key(sha256_of(path), probe_cpu().describe(), precision, max_batch(settings, family))
+
+
+def _load_on_trial(
+    path: Path,
+    mtime_ns: int,
+    settings: Settings,
+    family: AcceleratorFamily,
+    name: str,
+    batch_input: str,
+    precision: Precision,
+) -> LoadedModel:
+    """Model ``name`` on ONNX Runtime at once, on trial against the compiled torch engine in ``precision``: a thread
+    builds that, times both at this worker's batch and keeps the faster (:class:`TrialEngine`), and the verdict is
+    kept in the compile cache for later processes."""
+    key = ("trial", str(path), mtime_ns, name, batch_input, precision)
+    with _LOADING:
+        if key in _ONNX_MODELS:
+            return _ONNX_MODELS[key]
+        first = OnnxEngine.load(path, settings)
+        _LOADS[name] += 1
+        fixed = first.fixed_batch(batch_input)
+        batch = fixed or max_batch(settings, family)
+        inputs = first.example(batch)
+        batches = FittedBatches(settings.batch_size, memory=HostMemory(settings.ram_budget_bytes))
+        book, kept_as = TrialBook(settings.torch_compile_cache_dir), trial_key(path, settings, family, precision)
+
+        def contender() -> Engine | str:
+            built = _build_torch(
+                str(path), name, family, precision, compile_mode(settings, family), max_batch(settings, family),
+                settings.memory_safety_fraction, settings.ram_budget_bytes, str(settings.torch_compile_cache_dir),
+            )  # fmt: skip
+            return built if isinstance(built, str) else built[0]
+
+        engine = TrialEngine(
+            first,
+            contender,
+            model=name,
+            labels=("onnxruntime fp32", f"torch {precision}"),
+            winners=(("onnxruntime", "fp32"), ("torch", precision)),
+            inputs=inputs or {},
+            batch=batch,
+            cpu=probe_cpu().describe(),
+            decided=lambda trial: book.put(kept_as, trial),
+        )
+        loaded = LoadedModel(engine, fixed, batches, name)
+        _ONNX_MODELS[key] = loaded
+        _LOADED.append(loaded)
+    if inputs is None:  # a dynamic input size: nothing to time it on, so it stays where it starts
+        logger.warning("model %s stays on ONNX Runtime: its input size is dynamic, so it cannot be timed", name)
+    else:
+        engine.start()
+    return loaded
+
+
 @cache
 def _load_torch(
     path: str,
@@ -245,6 +343,30 @@ def _load_torch(
 ) -> LoadedModel | str:
     """The model on the torch engine, or why it cannot be (remembered too: a model is not converted again per
     chunk only to fail again)."""
+    built = _build_torch(path, name, family, precision, mode, limit, safety, ram_budget_bytes, cache_dir)
+    if isinstance(built, str):
+        return built
+    engine, memory = built
+    batches = FittedBatches(engine.max_batch, memory=memory, per_item_bytes=engine.per_item_bytes, safety=safety)
+    engine.on_measured = batches.measured
+    loaded = LoadedModel(engine, engine.fixed_batch(batch_input), batches, name=name)
+    _LOADED.append(loaded)
+    return loaded
+
+
+def _build_torch(
+    path: str,
+    name: str,
+    family: AcceleratorFamily,
+    precision: Precision,
+    mode: CompileMode,
+    limit: int,
+    safety: float,
+    ram_budget_bytes: int | None,
+    cache_dir: str,
+) -> tuple[TorchEngine, DeviceMemory] | str:
+    """A new torch engine for the model file (its memory fitted from what a previous process measured), and the
+    device's memory; or why the torch engine cannot run the model."""
     from workers.engines.devices import device_for
     from workers.engines.torch_engine import TorchEngine
 
@@ -266,8 +388,4 @@ def _load_torch(
         return str(error)
     _LOADS[name] += 1
     engine.prepare()
-    batches = FittedBatches(engine.max_batch, memory=memory, per_item_bytes=engine.per_item_bytes, safety=safety)
-    engine.on_measured = batches.measured
-    loaded = LoadedModel(engine, engine.fixed_batch(batch_input), batches, name=name)
-    _LOADED.append(loaded)
-    return loaded
+    return engine, memory

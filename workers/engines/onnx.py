@@ -193,14 +193,23 @@ class OnnxEngine:
 
     def warmup(self) -> None:
         """Run once on zeros of the model's input shapes (batch 1) so the first real batch is not slow."""
-        shapes = {name: self._concrete(shape) for name, shape in self._input_shapes.items()}
-        if any(shape is None for shape in shapes.values()):
+        inputs = self.example(1)
+        if inputs is None:
             logger.debug("warmup skipped: dynamic input sizes and no spatial_size given")
             return
-        self.run({name: np.zeros(shape or (), self._input_dtypes[name]) for name, shape in shapes.items()})
+        self.run(inputs)
 
-    def _concrete(self, shape: tuple[Dimension, ...]) -> tuple[int, ...] | None:
+    def example(self, batch: int) -> dict[str, Tensor] | None:
+        """Zeros of the model's inputs, their dtypes and shapes, with ``batch`` where the batch dimension is
+        dynamic; ``None`` where another dimension is dynamic and no ``spatial_size`` was given."""
+        shapes = {name: self._concrete(shape, batch) for name, shape in self._input_shapes.items()}
+        if any(shape is None for shape in shapes.values()):
+            return None
+        return {name: np.zeros(shape or (), self._input_dtypes[name]) for name, shape in shapes.items()}
+
+    def _concrete(self, shape: tuple[Dimension, ...], batch: int) -> tuple[int, ...] | None:
         sizes = [
-            dim if isinstance(dim, int) else (1 if axis == 0 else self._spatial_size) for axis, dim in enumerate(shape)
+            dim if isinstance(dim, int) else (batch if axis == 0 else self._spatial_size)
+            for axis, dim in enumerate(shape)
         ]
         return None if any(size is None for size in sizes) else tuple(size for size in sizes if size is not None)

@@ -1,0 +1,152 @@
+"""``auto`` on a CPU with native bf16: each model starts on ONNX Runtime, is timed against the compiled torch engine
+on first use, runs on the faster, and a later process loads the kept winner without a trial."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from tests.support.replicas import replica_settings
+from workers.doctor import diagnose
+from workers.engines.capability import probe_cpu
+from workers.engines.loading import choose_engine, kept_trial, load_model, trial_key
+from workers.engines.onnx import OnnxEngine
+from workers.engines.torch_engine import TorchEngine
+from workers.engines.trials import Trial, TrialBook, TrialEngine
+
+ROOT = Path(__file__).resolve().parents[3]
+native_bf16 = pytest.mark.skipif(not probe_cpu().native_bf16, reason="auto puts models on trial only where the CPU "
+                                 "computes bf16 natively")  # fmt: skip
+
+
+def _conv_model(seed: int = 0) -> onnx.ModelProto:
+    """Two 3×3 convolutions with a ReLU between, [N, 8, 32, 32] → [N, 8, 32, 32]: a graph both engines run and
+    torch compiles in seconds."""
+    rng = np.random.default_rng(seed)
+    weights = [numpy_helper.from_array((rng.normal(0, 0.2, (8, 8, 3, 3))).astype(np.float32), f"w{i}") for i in (0, 1)]
+    nodes = [
+        helper.make_node("Conv", ["input", "w0"], ["a"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["a"], ["b"]),
+        helper.make_node("Conv", ["b", "w1"], ["output"], pads=[1, 1, 1, 1]),
+    ]
+    graph = helper.make_graph(
+        nodes, "trial", [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", 8, 32, 32])],
+        [helper.make_tensor_value_info("output", TensorProto.FLOAT, ["N", 8, 32, 32])], weights,
+    )  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.fixture
+def model(tmp_path: Path) -> Iterator[Path]:
+    path = tmp_path / "models" / "trial_conv.onnx"
+    path.parent.mkdir()
+    onnx.save(_conv_model(), str(path))
+    yield path
+
+
+def _batch(count: int = 4) -> dict[str, np.ndarray]:
+    return {"input": np.random.default_rng(1).uniform(0, 1, (count, 8, 32, 32)).astype(np.float32)}
+
+
+def test_a_model_on_trial_runs_on_onnx_runtime_until_the_torch_engine_is_timed_then_on_the_faster(
+    model: Path, tmp_path: Path
+) -> None:
+    settings = replica_settings(tmp_path, engine="auto", torch_compile_cache_dir=tmp_path / "cache")
+    first = OnnxEngine.load(model, settings)
+    reference = first.run(_batch())[0]
+    gate = threading.Event()
+    kept: list[Trial] = []
+
+    def contender() -> TorchEngine:
+        gate.wait()
+        return TorchEngine.load(model, device="cpu", precision="bf16", mode="default", max_batch=4, memory=None,
+                                safety=0.8, cache_dir=tmp_path / "cache")  # fmt: skip
+
+    engine = TrialEngine(
+        first, contender, model="trial_conv", labels=("onnxruntime fp32", "torch bf16"),
+        winners=(("onnxruntime", "fp32"), ("torch", "bf16")), inputs=first.example(4) or {}, batch=4,
+        cpu="a test CPU", decided=kept.append,
+    )  # fmt: skip
+    engine.start()
+    assert engine.active is first and np.array_equal(engine.run(_batch())[0], reference), "no compile step first"
+    gate.set()
+    assert engine.wait(300)
+    assert kept == [engine.trial] and engine.trial is not None
+    assert set(engine.trial.seconds) == {"onnxruntime fp32", "torch bf16"}
+    assert all(0 < seconds < float("inf") for seconds in engine.trial.seconds.values())
+    winner = {"torch": TorchEngine, "onnxruntime": OnnxEngine}[engine.trial.engine]
+    assert isinstance(engine.active, winner), engine.trial.describe()
+    assert np.allclose(engine.run(_batch())[0], reference, atol=0.05 * float(np.abs(reference).max()))
+
+
+def test_a_contender_that_cannot_run_the_model_leaves_it_on_onnx_runtime_with_no_verdict_kept(
+    model: Path, tmp_path: Path
+) -> None:
+    first = OnnxEngine.load(model, replica_settings(tmp_path))
+    kept: list[Trial] = []
+    engine = TrialEngine(
+        first, lambda: "an operator the converter lacks", model="trial_conv", labels=("onnxruntime fp32", "torch bf16"),
+        winners=(("onnxruntime", "fp32"), ("torch", "bf16")), inputs=first.example(2) or {}, batch=2, cpu="x",
+        decided=kept.append,
+    )  # fmt: skip
+    engine.start()
+    assert engine.wait(60) and engine.trial is None and kept == [] and engine.active is first
+
+
+@native_bf16
+def test_auto_puts_a_model_on_trial_and_a_second_process_loads_the_kept_winner_without_one(
+    model: Path, tmp_path: Path
+) -> None:
+    """The loader's whole path: the first load starts on ONNX Runtime and keeps its verdict in the compile cache;
+    another process (a restarted worker) loads the winner at once, with no trial thread."""
+    settings = replica_settings(tmp_path, engine="auto", torch_compile_cache_dir=tmp_path / "cache", batch_size=4)
+    loaded = load_model(model, settings, name="trial_conv", batch_input="input")
+    assert isinstance(loaded.engine, TrialEngine) and loaded.engine.wait(300)
+    trial = kept_trial(model, settings, "cpu", "trial_conv", "bf16")
+    assert trial is not None and trial == loaded.engine.trial and trial.batch == 4
+    script = textwrap.dedent(f"""
+        import json, threading
+        from pathlib import Path
+        from tests.support.replicas import replica_settings
+        from workers.engines.loading import load_model
+        settings = replica_settings(Path({str(tmp_path)!r}), engine="auto",
+                                    torch_compile_cache_dir=Path({str(tmp_path / "cache")!r}), batch_size=4)
+        loaded = load_model(Path({str(model)!r}), settings, name="trial_conv", batch_input="input")
+        trials = [thread.name for thread in threading.enumerate() if thread.name.startswith("swapfarm-trial")]
+        print(json.dumps({{"engine": type(loaded.engine).__name__, "trials": trials}}))
+    """)
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=True)
+    second = json.loads(done.stdout.strip().splitlines()[-1])
+    assert second == {"engine": {"torch": "TorchEngine", "onnxruntime": "OnnxEngine"}[trial.engine], "trials": []}
+
+
+@native_bf16
+def test_a_kept_trial_decides_the_engine_and_the_doctor_says_what_was_measured(model: Path, tmp_path: Path) -> None:
+    settings = replica_settings(tmp_path, engine="auto", torch_compile_cache_dir=tmp_path / "cache", batch_size=4)
+    guess = choose_engine(settings, "cpu", "inswapper_128")
+    assert guess.trial and (guess.engine, guess.precision) == ("torch", "bf16")
+    book = TrialBook(tmp_path / "cache")
+    slower = Trial("trial_conv", "onnxruntime", "fp32", {"onnxruntime fp32": 0.001, "torch bf16": 0.004}, 4,
+                   probe_cpu().describe(), "2026-12-05T00:00:00+00:00")  # fmt: skip
+    book.put(trial_key(model, settings, "cpu", "bf16"), slower)
+    loaded = load_model(model, settings, name="trial_conv", batch_input="input")
+    assert isinstance(loaded.engine, OnnxEngine), "the kept verdict, no trial and no compile"
+    book.put("another-file", Trial("inswapper_128", "torch", "bf16", {"onnxruntime fp32": 0.7, "torch bf16": 0.3}, 8,
+                                   probe_cpu().describe(), "2026-12-05T00:00:00+00:00"))  # fmt: skip
+    rows = dict(diagnose(settings).sections["engines"])
+    swapper = next(
+        value
+        for label, value in rows.items()
+        if "inswapper_128" in label.removeprefix("face_swapper: ").split(" and ")[0].split(", ")
+    )
+    assert swapper.startswith("torch bf16 — auto: measured at batch 8 on 2026-12-05: onnxruntime fp32 0.7 s an item")

@@ -1,0 +1,223 @@
+"""``auto`` on the CPU, per model: which engine runs it faster here, measured on first use and remembered.
+
+Where ``auto`` would put a model on the compiled torch engine in bf16 (a CPU that computes bf16 natively), that is a
+guess from the CPU's capability, measured on the swapper (docs/engines.md); it need not hold for every model, and
+its first use pays the compile. So the model is put on trial instead (:class:`TrialEngine`): it starts at once on
+ONNX Runtime, with no compile step, while a background thread builds and compiles the torch engine at the batch the
+worker runs, times both on the same batch (rounds alternating, the best round of each) and switches the model to the
+faster. The verdict (:class:`Trial`) is kept in the compile cache folder (:class:`TrialBook`), keyed by the model
+file's hash, the CPU, the engines' versions and the batch, so a restarted worker loads the winner at once and
+``swapfarm doctor`` says what was measured. The torch engine must be faster by :data:`MARGIN` to win: otherwise
+ONNX Runtime keeps the model, and later processes never compile it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from shared.settings import EngineName, Precision
+from workers.engines.base import Engine, Tensor
+
+logger = logging.getLogger(__name__)
+
+MARGIN = 1.1
+"""How much faster (per item) the compiled torch engine must run than ONNX Runtime to be chosen."""
+ROUNDS = 3
+"""Timed calls of each engine (after one untimed call each), alternating."""
+
+
+@dataclass(frozen=True)
+class Trial:
+    """What a model's trial measured on this machine and which engine won.
+
+    Attributes:
+        model: the model's registry name.
+        engine: the winner.
+        precision: the winner's precision.
+        seconds: seconds per item of each contender (``"torch bf16"``, ``"onnxruntime fp32"``), best round.
+        batch: the batch both ran.
+        cpu: the CPU it was measured on, in words.
+        measured: when (UTC, ISO 8601).
+    """
+
+    model: str
+    engine: EngineName
+    precision: Precision
+    seconds: dict[str, float]
+    batch: int
+    cpu: str
+    measured: str
+
+    def describe(self) -> str:
+        """In words, e.g. ``measured at batch 8: torch bf16 0.312 s an item, onnxruntime fp32 0.731 s: torch bf16``."""
+        figures = ", ".join(f"{label} {seconds:.3g} s an item" for label, seconds in self.seconds.items())
+        return f"measured at batch {self.batch} on {self.measured[:10]}: {figures}: {self.engine} {self.precision}"
+
+
+class TrialBook:
+    """Trials kept in the compile cache folder, one JSON file each, written to a temporary name and renamed (so
+    processes sharing the folder never read half of one)."""
+
+    FOLDER = "swapfarm-engine-trials"
+
+    def __init__(self, cache_dir: Path) -> None:
+        self.folder = cache_dir.expanduser() / self.FOLDER
+
+    @staticmethod
+    def key(model_sha256: str, cpu: str, precision: Precision, batch: int) -> str:
+        """The key of a trial: the model file's hash, the CPU, torch's and ONNX Runtime's versions, the precision
+        torch ran in and the batch."""
+        raw = f"{model_sha256}:{cpu}:{_versions()}:{precision}:{batch}"
+        return hashlib.sha256(raw.encode()).hexdigest()[:32]
+
+    def get(self, key: str) -> Trial | None:
+        try:
+            return Trial(**json.loads((self.folder / f"{key}.json").read_text()))
+        except (OSError, ValueError, TypeError):
+            return None
+
+    def put(self, key: str, trial: Trial) -> None:
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile("w", dir=self.folder, delete=False, suffix=".tmp") as handle:
+                json.dump(asdict(trial), handle)
+            os.replace(handle.name, self.folder / f"{key}.json")
+        except OSError as error:
+            logger.warning("cannot keep the engine trial of %s in %s: %s", trial.model, self.folder, error)
+
+    def latest(self, model: str, cpu: str) -> Trial | None:
+        """The newest trial of ``model`` on this CPU with these engine versions, whatever its file or batch (for
+        ``swapfarm doctor``, which does not hash model files)."""
+        found: list[Trial] = []
+        for path in self.folder.glob("*.json") if self.folder.is_dir() else ():
+            trial = self.get(path.stem)
+            if trial is not None and trial.model == model and trial.cpu == cpu:
+                found.append(trial)
+        return max(found, key=lambda trial: trial.measured, default=None)
+
+
+def _versions() -> str:
+    names = ("torch", "onnxruntime", "onnxruntime-openvino", "onnxruntime-gpu")
+    return ",".join(f"{name}={_version(name)}" for name in names)
+
+
+def _version(name: str) -> str:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return "-"
+
+
+def seconds_per_item(engines: Mapping[str, Engine], inputs: Mapping[str, Tensor], batch: int) -> dict[str, float]:
+    """Each engine's best of :data:`ROUNDS` timed calls on ``inputs`` (a batch of ``batch``), per item, after one
+    untimed call each (a torch engine compiles in it); calls alternate between engines, so a load that comes and
+    goes falls on all of them."""
+    for engine in engines.values():
+        engine.run(inputs)
+    best = dict.fromkeys(engines, float("inf"))
+    for _ in range(ROUNDS):
+        for label, engine in engines.items():
+            started = time.perf_counter()
+            engine.run(inputs)
+            best[label] = min(best[label], (time.perf_counter() - started) / batch)
+    return best
+
+
+class TrialEngine:
+    """A model on trial: it runs on ``first`` (ONNX Runtime) until :meth:`start`'s thread has built the
+    ``contender`` (the compiled torch engine; a string says why it cannot be), timed both on ``inputs`` and kept the
+    faster; every call after that runs on the winner. ``decided`` is called once with the trial (the loader keeps
+    it in the :class:`TrialBook` and logs it)."""
+
+    def __init__(
+        self,
+        first: Engine,
+        contender: Callable[[], Engine | str],
+        *,
+        model: str,
+        labels: tuple[str, str],
+        winners: tuple[tuple[EngineName, Precision], tuple[EngineName, Precision]],
+        inputs: Mapping[str, Tensor],
+        batch: int,
+        cpu: str,
+        decided: Callable[[Trial], None],
+    ) -> None:
+        self._first = first
+        self._active: Engine = first
+        self._contender = contender
+        self._model = model
+        self._labels = labels
+        self._winners = winners
+        self._inputs = inputs
+        self._batch = batch
+        self._cpu = cpu
+        self._decided = decided
+        self._done = threading.Event()
+        self.trial: Trial | None = None
+        """The verdict, once measured (``None`` before, and when the torch engine could not run the model)."""
+
+    def start(self) -> threading.Thread:
+        thread = threading.Thread(target=self._measure, name=f"swapfarm-trial-{self._model}", daemon=True)
+        thread.start()
+        return thread
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait for the trial to end; whether it has."""
+        return self._done.wait(timeout)
+
+    @property
+    def active(self) -> Engine:
+        """The engine calls run on now."""
+        return self._active
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        return self._first.input_names
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        return self._first.output_names
+
+    @property
+    def stats(self) -> Any:
+        """The active engine's counters, if it keeps any (the torch engine does)."""
+        return getattr(self._active, "stats", None)
+
+    def run(self, inputs: Mapping[str, Tensor]) -> list[Tensor]:
+        return self._active.run(inputs)
+
+    def warmup(self) -> None:
+        self._active.warmup()
+
+    def _measure(self) -> None:
+        try:
+            contender = self._contender()
+            if isinstance(contender, str):
+                logger.warning("model %s stays on %s: %s", self._model, self._labels[0], contender)
+                return
+            seconds = seconds_per_item({self._labels[0]: self._first, self._labels[1]: contender}, self._inputs,
+                                       self._batch)  # fmt: skip
+            faster = seconds[self._labels[0]] > MARGIN * seconds[self._labels[1]]
+            engine, precision = self._winners[1] if faster else self._winners[0]
+            measured = datetime.now(UTC).isoformat(timespec="seconds")
+            self.trial = Trial(self._model, engine, precision, seconds, self._batch, self._cpu, measured)
+            if faster:
+                self._active = contender
+            logger.info("model %s: %s", self._model, self.trial.describe())
+            self._decided(self.trial)
+        except Exception:  # a failed trial leaves the model where it runs; the job goes on
+            logger.exception("model %s: its engine trial failed; it stays on %s", self._model, self._labels[0])
+        finally:
+            self._done.set()
