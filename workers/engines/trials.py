@@ -3,11 +3,12 @@
 Where ``auto`` would put a model on the compiled torch engine in bf16 (a CPU that computes bf16 natively), that is a
 guess from the CPU's capability, measured on the swapper (docs/engines.md); it need not hold for every model, and
 its first use pays the compile. So the model is put on trial instead (:class:`TrialEngine`): it starts at once on
-ONNX Runtime, with no compile step, while a background thread builds and compiles the torch engine at the batch the
-worker runs, times both on the same batch (rounds alternating, the best round of each) and switches the model to the
-faster. The verdict (:class:`Trial`) is kept in the compile cache folder (:class:`TrialBook`), keyed by the model
-file's hash, the CPU, the engines' versions and the batch, so a restarted worker loads the winner at once and
-``swapfarm doctor`` says what was measured. The torch engine must be faster by :data:`MARGIN` to win: otherwise
+ONNX Runtime, with no compile step, while a background thread builds the torch engine and compiles it at the batch
+the worker runs; then the job's own calls of that batch alternate between the two engines, timed, :data:`ROUNDS`
+each (no work is done only to be measured), and the model stays on the faster. The verdict (:class:`Trial`) is
+kept in the compile cache folder (:class:`TrialBook`), keyed by the model file's hash, the CPU, the engines'
+versions and the batch, so a restarted worker loads the winner at once and ``swapfarm doctor`` says what was
+measured. The torch engine must be faster by :data:`MARGIN` to win: otherwise
 ONNX Runtime keeps the model, and later processes never compile it.
 """
 
@@ -35,7 +36,7 @@ logger = logging.getLogger(__name__)
 MARGIN = 1.1
 """How much faster (per item) the compiled torch engine must run than ONNX Runtime to be chosen."""
 ROUNDS = 3
-"""Timed calls of each engine (after one untimed call each), alternating."""
+"""Timed calls of each engine, alternating; the best of each is its figure."""
 
 
 @dataclass(frozen=True)
@@ -120,26 +121,13 @@ def _version(name: str) -> str:
         return "-"
 
 
-def seconds_per_item(engines: Mapping[str, Engine], inputs: Mapping[str, Tensor], batch: int) -> dict[str, float]:
-    """Each engine's best of :data:`ROUNDS` timed calls on ``inputs`` (a batch of ``batch``), per item, after one
-    untimed call each (a torch engine compiles in it); calls alternate between engines, so a load that comes and
-    goes falls on all of them."""
-    for engine in engines.values():
-        engine.run(inputs)
-    best = dict.fromkeys(engines, float("inf"))
-    for _ in range(ROUNDS):
-        for label, engine in engines.items():
-            started = time.perf_counter()
-            engine.run(inputs)
-            best[label] = min(best[label], (time.perf_counter() - started) / batch)
-    return best
-
-
 class TrialEngine:
-    """A model on trial: it runs on ``first`` (ONNX Runtime) until :meth:`start`'s thread has built the
-    ``contender`` (the compiled torch engine; a string says why it cannot be), timed both on ``inputs`` and kept the
-    faster; every call after that runs on the winner. ``decided`` is called once with the trial (the loader keeps
-    it in the :class:`TrialBook` and logs it)."""
+    """A model on trial: it runs on ``first`` (ONNX Runtime) while :meth:`start`'s thread builds the ``contender``
+    (the torch engine; a string says why it cannot be) and compiles it with one call on ``inputs`` (a batch of
+    ``batch``). From then on, calls of ``batch`` items alternate between the two, timed, until each has run
+    :data:`ROUNDS` of them (calls of other sizes run on ``first``: the contender would compile another shape in
+    them); then every call runs on the winner. ``decided`` is called once with the trial (the loader keeps it in
+    the :class:`TrialBook` and logs it)."""
 
     def __init__(
         self,
@@ -165,6 +153,10 @@ class TrialEngine:
         self._cpu = cpu
         self._decided = decided
         self._done = threading.Event()
+        self._lock = threading.Lock()
+        self._ready: Engine | None = None  # the contender, compiled, while the trial times it
+        self._times: dict[str, list[float]] = {label: [] for label in labels}
+        self._turn = 0
         self.trial: Trial | None = None
         """The verdict, once measured (``None`` before, and when the torch engine could not run the model)."""
 
@@ -196,7 +188,38 @@ class TrialEngine:
         return getattr(self._active, "stats", None)
 
     def run(self, inputs: Mapping[str, Tensor]) -> list[Tensor]:
-        return self._active.run(inputs)
+        contender = self._ready
+        if contender is None or len(next(iter(inputs.values()))) != self._batch:
+            return self._active.run(inputs)
+        with self._lock:
+            self._turn += 1
+            label = self._labels[self._turn % 2]
+        engine = contender if label == self._labels[1] else self._first
+        started = time.perf_counter()
+        outputs = engine.run(inputs)
+        self._timed(label, (time.perf_counter() - started) / self._batch, contender)
+        return outputs
+
+    def _timed(self, label: str, seconds: float, contender: Engine) -> None:
+        with self._lock:
+            if self._ready is None:  # another thread's call decided meanwhile
+                return
+            self._times[label].append(seconds)
+            if any(len(times) < ROUNDS for times in self._times.values()):
+                return
+            self._ready = None
+        seconds_per_item = {label: min(times) for label, times in self._times.items()}
+        faster = seconds_per_item[self._labels[0]] > MARGIN * seconds_per_item[self._labels[1]]
+        engine, precision = self._winners[1] if faster else self._winners[0]
+        measured = datetime.now(UTC).isoformat(timespec="seconds")
+        self.trial = Trial(self._model, engine, precision, seconds_per_item, self._batch, self._cpu, measured)
+        if faster:
+            self._active = contender
+        logger.info("model %s: %s", self._model, self.trial.describe())
+        try:
+            self._decided(self.trial)
+        finally:
+            self._done.set()
 
     def warmup(self) -> None:
         self._active.warmup()
@@ -206,18 +229,12 @@ class TrialEngine:
             contender = self._contender()
             if isinstance(contender, str):
                 logger.warning("model %s stays on %s: %s", self._model, self._labels[0], contender)
+                self._done.set()
                 return
-            seconds = seconds_per_item({self._labels[0]: self._first, self._labels[1]: contender}, self._inputs,
-                                       self._batch)  # fmt: skip
-            faster = seconds[self._labels[0]] > MARGIN * seconds[self._labels[1]]
-            engine, precision = self._winners[1] if faster else self._winners[0]
-            measured = datetime.now(UTC).isoformat(timespec="seconds")
-            self.trial = Trial(self._model, engine, precision, seconds, self._batch, self._cpu, measured)
-            if faster:
-                self._active = contender
-            logger.info("model %s: %s", self._model, self.trial.describe())
-            self._decided(self.trial)
+            contender.run(self._inputs)  # compiles the batch the trial times
         except Exception:  # a failed trial leaves the model where it runs; the job goes on
             logger.exception("model %s: its engine trial failed; it stays on %s", self._model, self._labels[0])
-        finally:
             self._done.set()
+            return
+        self._ready = contender
+        logger.info("model %s: %s is ready; timing it against %s", self._model, self._labels[1], self._labels[0])

@@ -275,10 +275,14 @@ def test_auto_picks_bf16_torch_on_cpus_with_native_bf16_and_onnxruntime_without(
     settings = replica_settings(tmp_path, engine="auto")
     for capability in (AMX, AVX512_BF16):
         choice = choose_engine(settings, "cpu", "inswapper_128", cpu=lambda c=capability: c)
-        assert (choice.engine, choice.precision) == ("torch", "bf16")
+        assert (choice.engine, choice.precision, choice.trial) == ("torch", "bf16", True), "timed on first use"
         assert "bf16 natively" in choice.reason
     plain = choose_engine(settings, "cpu", "inswapper_128", cpu=lambda: AVX2)
     assert (plain.engine, plain.precision) == ("onnxruntime", "fp32") and "no native bf16" in plain.reason
+    assert not plain.trial
+    for pinned in ({"engine": "torch"}, {"torch_precision": "int8"}, {"model_engines": {"inswapper_128": "torch"}}):
+        set_ = choose_engine(settings.model_copy(update=pinned), "cpu", "inswapper_128", cpu=lambda: AMX)
+        assert set_.engine == "torch" and not set_.trial, pinned
     fp32 = settings.model_copy(update={"torch_precision": "fp32"})
     assert choose_engine(fp32, "cpu", "inswapper_128", cpu=lambda: AMX).engine == "onnxruntime"
     assert choose_engine(settings, "openvino", "inswapper_128", cpu=lambda: AMX).engine == "onnxruntime"
