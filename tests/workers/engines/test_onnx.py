@@ -113,6 +113,12 @@ def test_an_engine_runs_on_cpu_here_and_logs_its_providers(tmp_path: Path, caplo
     assert engine.input_names == ("input",) and engine.output_names == ("output",)
 
 
+def test_idle_intra_op_threads_sleep_rather_than_spin_so_the_jobs_other_stages_keep_the_cores(tmp_path: Path) -> None:
+    path = install_replica(arcface_w600k_r50(), "arcface_w600k_r50", tmp_path / "models")
+    options = OnnxEngine.load(path, replica_settings(tmp_path / "models"))._session.get_session_options()
+    assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+
+
 def test_an_override_naming_an_unavailable_provider_still_runs_on_what_is_left(tmp_path: Path) -> None:
     path = install_replica(arcface_w600k_r50(), "arcface_w600k_r50", tmp_path / "models")
     settings = replica_settings(
