@@ -13,7 +13,6 @@ import json
 import logging
 import os
 import re
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from typing import Any
 import torch
 
 from shared.settings import CompileMode, Precision
+from workers.engines.cache_files import write_json
 
 logger = logging.getLogger(__name__)
 
@@ -183,10 +183,7 @@ class MemoryNotes:
         notes = self._read()
         notes[key] = per_item_bytes
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with tempfile.NamedTemporaryFile("w", dir=self.path.parent, delete=False, suffix=".tmp") as handle:
-                json.dump(notes, handle, indent=1, sort_keys=True)
-            os.replace(handle.name, self.path)
+            write_json(self.path, notes, indent=1, sort_keys=True)
         except OSError as error:
             logger.warning("cannot keep the measured memory in %s: %s", self.path, error)
 

@@ -219,17 +219,7 @@ def load_model(path: Path, settings: Settings, *, name: str, batch_input: str) -
             raise ModelError(f"model {name} is set to the torch engine but torch is not installed (extra 'torch')")
         with _LOADING:
             loaded = _load_torch(
-                str(resolved),
-                mtime_ns,
-                name,
-                batch_input,
-                family,
-                choice.precision,
-                compile_mode(settings, family),
-                max_batch(settings, family),
-                settings.memory_safety_fraction,
-                settings.ram_budget_bytes,
-                str(settings.torch_compile_cache_dir),
+                str(resolved), mtime_ns, name, batch_input, TorchRecipe.of(settings, family, choice.precision)
             )
         if isinstance(loaded, LoadedModel):
             return loaded
@@ -300,10 +290,7 @@ def _load_on_trial(
         book, kept_as = TrialBook(settings.torch_compile_cache_dir), trial_key(path, settings, family, precision)
 
         def contender() -> Engine | str:
-            built = _build_torch(
-                str(path), name, family, precision, compile_mode(settings, family), max_batch(settings, family),
-                settings.memory_safety_fraction, settings.ram_budget_bytes, str(settings.torch_compile_cache_dir),
-            )  # fmt: skip
+            built = _build_torch(str(path), name, TorchRecipe.of(settings, family, precision))
             return built if isinstance(built, str) else built[0]
 
         engine = TrialEngine(
@@ -327,61 +314,65 @@ def _load_on_trial(
     return loaded
 
 
+@dataclass(frozen=True)
+class TorchRecipe:
+    """How this worker builds a model on the torch engine: its family, the precision, the compile mode, the largest
+    batch bucket, the share of free memory a batch may use, the RAM budget and the compile cache folder."""
+
+    family: AcceleratorFamily
+    precision: Precision
+    mode: CompileMode
+    limit: int
+    safety: float
+    ram_budget_bytes: int | None
+    cache_dir: str
+
+    @classmethod
+    def of(cls, settings: Settings, family: AcceleratorFamily, precision: Precision) -> TorchRecipe:
+        return cls(
+            family,
+            precision,
+            compile_mode(settings, family),
+            max_batch(settings, family),
+            settings.memory_safety_fraction,
+            settings.ram_budget_bytes,
+            str(settings.torch_compile_cache_dir),
+        )
+
+
 @cache
-def _load_torch(
-    path: str,
-    mtime_ns: int,
-    name: str,
-    batch_input: str,
-    family: AcceleratorFamily,
-    precision: Precision,
-    mode: CompileMode,
-    limit: int,
-    safety: float,
-    ram_budget_bytes: int | None,
-    cache_dir: str,
-) -> LoadedModel | str:
+def _load_torch(path: str, mtime_ns: int, name: str, batch_input: str, recipe: TorchRecipe) -> LoadedModel | str:
     """The model on the torch engine, or why it cannot be (remembered too: a model is not converted again per
     chunk only to fail again)."""
-    built = _build_torch(path, name, family, precision, mode, limit, safety, ram_budget_bytes, cache_dir)
+    built = _build_torch(path, name, recipe)
     if isinstance(built, str):
         return built
     engine, memory = built
-    batches = FittedBatches(engine.max_batch, memory=memory, per_item_bytes=engine.per_item_bytes, safety=safety)
+    batches = FittedBatches(engine.max_batch, memory=memory, per_item_bytes=engine.per_item_bytes, safety=recipe.safety)
     engine.on_measured = batches.measured
     loaded = LoadedModel(engine, engine.fixed_batch(batch_input), batches, name=name)
     _LOADED.append(loaded)
     return loaded
 
 
-def _build_torch(
-    path: str,
-    name: str,
-    family: AcceleratorFamily,
-    precision: Precision,
-    mode: CompileMode,
-    limit: int,
-    safety: float,
-    ram_budget_bytes: int | None,
-    cache_dir: str,
-) -> tuple[TorchEngine, DeviceMemory] | str:
+def _build_torch(path: str, name: str, recipe: TorchRecipe) -> tuple[TorchEngine, DeviceMemory] | str:
     """A new torch engine for the model file (its memory fitted from what a previous process measured), and the
     device's memory; or why the torch engine cannot run the model."""
     from workers.engines.devices import device_for
     from workers.engines.torch_engine import TorchEngine
 
     try:
-        device = device_for(family)
-        memory = memory_for(device, ram_budget_bytes, probe=FAMILIES[family].memory)
+        device = device_for(recipe.family)
+        memory = memory_for(device, recipe.ram_budget_bytes, probe=FAMILIES[recipe.family].memory)
         engine = TorchEngine.load(
             Path(path),
             device=device,
-            precision=precision,
-            mode=mode,
-            max_batch=limit,
+            precision=recipe.precision,
+            mode=recipe.mode,
+            max_batch=recipe.limit,
             memory=memory,
-            safety=safety,
-            cache_dir=Path(cache_dir),
+            safety=recipe.safety,
+            cache_dir=Path(recipe.cache_dir),
         )
     except ModelError as error:
         logger.warning("model %s: the torch engine cannot run it; using ONNX Runtime (slower): %s", name, error)

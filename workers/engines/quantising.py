@@ -34,6 +34,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from workers.engines.cache_files import write_json
+
 logger = logging.getLogger(__name__)
 
 CALIBRATION_ITEMS = 32
@@ -290,9 +292,7 @@ class QuantisedGraphs:
                     pass
                 torch.export.save(program, handle.name)
                 os.replace(handle.name, self.folder / f"{key}.pt2")
-            with tempfile.NamedTemporaryFile("w", dir=self.folder, delete=False, suffix=".tmp") as text:
-                json.dump(asdict(verdict), text)
-            os.replace(text.name, self.folder / f"{key}.json")
+            write_json(self.folder / f"{key}.json", asdict(verdict))
         except (OSError, RuntimeError) as error:
             logger.warning("cannot keep the quantised graph in %s: %s", self.folder, error)
 

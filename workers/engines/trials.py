@@ -17,8 +17,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -30,6 +28,7 @@ from typing import Any
 
 from shared.settings import EngineName, Precision
 from workers.engines.base import Engine, Tensor
+from workers.engines.cache_files import write_json
 
 logger = logging.getLogger(__name__)
 
@@ -91,10 +90,7 @@ class TrialBook:
 
     def put(self, key: str, trial: Trial) -> None:
         try:
-            self.folder.mkdir(parents=True, exist_ok=True)
-            with tempfile.NamedTemporaryFile("w", dir=self.folder, delete=False, suffix=".tmp") as handle:
-                json.dump(asdict(trial), handle)
-            os.replace(handle.name, self.folder / f"{key}.json")
+            write_json(self.folder / f"{key}.json", asdict(trial))
         except OSError as error:
             logger.warning("cannot keep the engine trial of %s in %s: %s", trial.model, self.folder, error)
 
