@@ -209,7 +209,10 @@ def load_model(path: Path, settings: Settings, *, name: str, batch_input: str) -
     except OSError as error:
         raise ModelError(f"cannot load model {path}: {error}") from error
     if choice.trial:
-        kept = kept_trial(resolved, settings, family, name, choice.precision)
+        on_trial = _ONNX_MODELS.get(_on_trial_key(resolved, mtime_ns, name, batch_input, choice.precision))
+        if on_trial is not None:  # this process's trial, decided or not: the next chunk uses the same engines
+            return on_trial
+        kept = kept_trial(resolved, settings, family, choice.precision)
         if kept is None:
             return _load_on_trial(resolved, mtime_ns, settings, family, name, batch_input, choice.precision)
         choice = _decided_by(kept)
@@ -253,9 +256,7 @@ def _decided_by(trial: Trial) -> EngineChoice:
     return EngineChoice(trial.engine, trial.precision, f"auto: {trial.describe()}")
 
 
-def kept_trial(
-    path: Path, settings: Settings, family: AcceleratorFamily, name: str, precision: Precision
-) -> Trial | None:
+def kept_trial(path: Path, settings: Settings, family: AcceleratorFamily, precision: Precision) -> Trial | None:
     """The trial of model file ``path`` kept in the compile cache, if one ran on this CPU at this worker's batch."""
     book = TrialBook(settings.torch_compile_cache_dir)
     return book.get(trial_key(path, settings, family, precision))
@@ -263,6 +264,10 @@ def kept_trial(
 
 def trial_key(path: Path, settings: Settings, family: AcceleratorFamily, precision: Precision) -> str:
     return TrialBook.key(sha256_of(path), probe_cpu().describe(), precision, max_batch(settings, family))
+
+
+def _on_trial_key(path: Path, mtime_ns: int, name: str, batch_input: str, precision: Precision) -> tuple[object, ...]:
+    return ("trial", str(path), mtime_ns, name, batch_input, precision)
 
 
 def _load_on_trial(
@@ -277,7 +282,7 @@ def _load_on_trial(
     """Model ``name`` on ONNX Runtime at once, on trial against the compiled torch engine in ``precision``: a thread
     builds that, times both at this worker's batch and keeps the faster (:class:`TrialEngine`), and the verdict is
     kept in the compile cache for later processes."""
-    key = ("trial", str(path), mtime_ns, name, batch_input, precision)
+    key = _on_trial_key(path, mtime_ns, name, batch_input, precision)
     with _LOADING:
         if key in _ONNX_MODELS:
             return _ONNX_MODELS[key]

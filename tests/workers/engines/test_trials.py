@@ -20,7 +20,7 @@ from onnx import TensorProto, helper, numpy_helper
 from tests.support.replicas import replica_settings
 from workers.doctor import diagnose
 from workers.engines.capability import probe_cpu
-from workers.engines.loading import choose_engine, kept_trial, load_model, trial_key
+from workers.engines.loading import choose_engine, kept_trial, load_model, loads, trial_key
 from workers.engines.onnx import OnnxEngine
 from workers.engines.torch_engine import TorchEngine
 from workers.engines.trials import ROUNDS, Trial, TrialBook, TrialEngine
@@ -128,8 +128,11 @@ def test_auto_puts_a_model_on_trial_and_a_second_process_loads_the_kept_winner_w
     loaded = load_model(model, settings, name="trial_conv", batch_input="input")
     assert isinstance(loaded.engine, TrialEngine)
     _calls_until_decided(loaded.engine, OnnxEngine.load(model, settings).run(_batch())[0])
-    trial = kept_trial(model, settings, "cpu", "trial_conv", "bf16")
+    trial = kept_trial(model, settings, "cpu", "bf16")
     assert trial is not None and trial == loaded.engine.trial and trial.batch == 4
+    before = loads()["trial_conv"]
+    again = load_model(model, settings, name="trial_conv", batch_input="input")
+    assert again is loaded and loads()["trial_conv"] == before, "the next chunk reuses this process's engines"
     script = textwrap.dedent(f"""
         import json, threading
         from pathlib import Path
