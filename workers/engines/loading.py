@@ -147,7 +147,8 @@ def max_batch(settings: Settings, family: AcceleratorFamily) -> int:
 @dataclass(frozen=True)
 class LoadedModel:
     """A model ready to run: its engine, the batch its input is fixed to (if any), its batch sizing, and — when
-    it runs on another engine than the one chosen for it — why (``fallback``)."""
+    it runs on another engine than the one chosen for it — why (``fallback``; for a model on trial, its
+    :class:`~workers.engines.trials.TrialEngine`'s, known once the torch engine failed)."""
 
     engine: Engine
     fixed_batch: int | None
@@ -159,8 +160,9 @@ class LoadedModel:
         """The slower paths this model is on now: ONNX Runtime instead of the torch engine, eager instead of
         compiled (known once compiling failed), bf16 instead of int8 (known once it calibrated)."""
         found = []
-        if self.fallback is not None:
-            found.append(Degradation("engine_fallback", self.name, self.fallback))
+        fallback = self.fallback or getattr(self.engine, "fallback", None)
+        if fallback:
+            found.append(Degradation("engine_fallback", self.name, fallback))
         stats = getattr(self.engine, "stats", None)
         reason = getattr(stats, "fallback_reason", None)
         if reason:

@@ -1,7 +1,8 @@
 """ONNX Runtime behind the :class:`~workers.engines.base.Engine` protocol.
 
 Sessions are created once per process per model file and provider list, and shared by every engine that loads
-the same file. Providers are ordered by accelerator family, kept to those this ONNX Runtime build offers, and
+the same file while it is kept (:meth:`OnnxEngine.release` forgets one, e.g. once a model on trial runs on the torch
+engine instead). Providers are ordered by accelerator family, kept to those this ONNX Runtime build offers, and
 may be overridden by ``settings.execution_providers``.
 """
 
@@ -9,8 +10,8 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from collections.abc import Iterable, Mapping, Sequence
-from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -96,8 +97,31 @@ def describe_options(options: Mapping[str, str]) -> str:
     return ", ".join(f"{key}={value}" for key, value in sorted(options.items())) or "default options"
 
 
-@cache
-def _session(path: str, mtime_ns: int, providers: tuple[tuple[str, tuple[tuple[str, str], ...]], ...]) -> Any:
+# A session's key: the model file's resolved path, its mtime and the providers with their options, in order.
+_SessionKey = tuple[str, int, tuple[tuple[str, tuple[tuple[str, str], ...]], ...]]
+_SESSIONS: dict[_SessionKey, Any] = {}  # this process's sessions, shared by the engines of one file and providers
+_SESSIONS_LOCK = threading.Lock()
+
+
+def cached_models() -> list[Path]:
+    """The model files this process keeps an ONNX Runtime session of (one entry per provider list), for the next
+    engine that loads one to share."""
+    with _SESSIONS_LOCK:
+        return [Path(path) for path, _, _ in _SESSIONS]
+
+
+def _session(key: _SessionKey) -> Any:
+    """The kept session of ``key``, else a new one, kept. Created outside the lock, so that models load in
+    parallel; two threads that create the same one at once both get the first kept."""
+    with _SESSIONS_LOCK:
+        if key in _SESSIONS:
+            return _SESSIONS[key]
+    session = _new_session(*key)
+    with _SESSIONS_LOCK:
+        return _SESSIONS.setdefault(key, session)
+
+
+def _new_session(path: str, mtime_ns: int, providers: tuple[tuple[str, tuple[tuple[str, str], ...]], ...]) -> Any:
     import onnxruntime
 
     options = onnxruntime.SessionOptions()
@@ -123,8 +147,9 @@ class OnnxEngine:
     exactly the model's inputs.
     """
 
-    def __init__(self, session: Any, *, spatial_size: int | None = None) -> None:
+    def __init__(self, session: Any, *, spatial_size: int | None = None, key: _SessionKey | None = None) -> None:
         self._session = session
+        self._key = key  # where the session is kept (load's), for release
         self._spatial_size = spatial_size
         inputs = session.get_inputs()
         self._input_names = tuple(str(node.name) for node in inputs)
@@ -152,14 +177,23 @@ class OnnxEngine:
         except OSError as error:
             raise ModelError(f"cannot load model {path}: {error}") from error
         keyed = tuple((name, tuple(sorted(provider_options(name, settings).items()))) for name in providers)
-        session = _session(str(resolved), mtime_ns, keyed)
+        key: _SessionKey = (str(resolved), mtime_ns, keyed)
+        session = _session(key)
         chosen = dict(keyed)
         active = [
             f"{name} ({describe_options(dict(chosen[name]))})" if chosen.get(name) else name
             for name in session.get_providers()
         ]
         logger.info("model %s on %s (family %s)", path.name, ", ".join(active), family)
-        return cls(session, spatial_size=spatial_size)
+        return cls(session, spatial_size=spatial_size, key=key)
+
+    def release(self) -> None:
+        """Forget this engine's session in the process's session cache, so that its memory is freed once the
+        engines holding it are dropped (this one still runs while held). A later load of the file creates a new
+        session."""
+        with _SESSIONS_LOCK:
+            if self._key is not None and _SESSIONS.get(self._key) is self._session:
+                del _SESSIONS[self._key]
 
     @property
     def input_names(self) -> tuple[str, ...]:

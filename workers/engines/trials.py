@@ -29,6 +29,7 @@ from typing import Any
 from shared.settings import EngineName, Precision
 from workers.engines.base import Engine, Tensor
 from workers.engines.cache_files import write_json
+from workers.engines.onnx import OnnxEngine
 
 logger = logging.getLogger(__name__)
 
@@ -123,11 +124,16 @@ class TrialEngine:
     ``batch``). From then on, calls of ``batch`` items alternate between the two, timed, until each has run
     :data:`ROUNDS` of them (calls of other sizes run on ``first``: the contender would compile another shape in
     them); then every call runs on the winner. ``decided`` is called once with the trial (the loader keeps it in
-    the :class:`TrialBook` and logs it)."""
+    the :class:`TrialBook` and logs it). Where the contender wins, ``first``'s session is released, so that a long
+    job does not hold both engines' memory.
+
+    A contender that cannot run the model — it says why, raises while built or compiled, or raises in one of the
+    timed calls (whose outputs then come from ``first``) — ends the trial on ``first``, with no verdict and
+    :attr:`fallback` saying why (the loader reports it as an ``engine_fallback`` degradation)."""
 
     def __init__(
         self,
-        first: Engine,
+        first: OnnxEngine,
         contender: Callable[[], Engine | str],
         *,
         model: str,
@@ -138,8 +144,10 @@ class TrialEngine:
         cpu: str,
         decided: Callable[[Trial], None],
     ) -> None:
-        self._first = first
+        self._first: OnnxEngine | None = first  # dropped (and its session released) once the contender wins
         self._active: Engine = first
+        self._input_names = first.input_names
+        self._output_names = first.output_names
         self._contender = contender
         self._model = model
         self._labels = labels
@@ -150,11 +158,14 @@ class TrialEngine:
         self._decided = decided
         self._done = threading.Event()
         self._lock = threading.Lock()
-        self._ready: Engine | None = None  # the contender, compiled, while the trial times it
+        self._timing: tuple[OnnxEngine, Engine] | None = None  # first and the compiled contender, while timed
         self._times: dict[str, list[float]] = {label: [] for label in labels}
         self._turn = 0
         self.trial: Trial | None = None
         """The verdict, once measured (``None`` before, and when the torch engine could not run the model)."""
+        self.fallback: str | None = None
+        """Why the model stays on ONNX Runtime, where the torch engine could not run it (``None`` while it may, and
+        where ONNX Runtime was faster)."""
 
     def start(self) -> threading.Thread:
         thread = threading.Thread(target=self._measure, name=f"swapfarm-trial-{self._model}", daemon=True)
@@ -172,11 +183,11 @@ class TrialEngine:
 
     @property
     def input_names(self) -> tuple[str, ...]:
-        return self._first.input_names
+        return self._input_names
 
     @property
     def output_names(self) -> tuple[str, ...]:
-        return self._first.output_names
+        return self._output_names
 
     @property
     def stats(self) -> Any:
@@ -184,26 +195,40 @@ class TrialEngine:
         return getattr(self._active, "stats", None)
 
     def run(self, inputs: Mapping[str, Tensor]) -> list[Tensor]:
-        contender = self._ready
-        if contender is None or len(next(iter(inputs.values()))) != self._batch:
+        timing = self._timing
+        if timing is None or len(next(iter(inputs.values()))) != self._batch:
             return self._active.run(inputs)
+        first, contender = timing
         with self._lock:
             self._turn += 1
             label = self._labels[self._turn % 2]
-        engine = contender if label == self._labels[1] else self._first
+        if label == self._labels[0]:
+            started = time.perf_counter()
+            outputs = first.run(inputs)
+            self._timed(label, (time.perf_counter() - started) / self._batch, timing)
+            return outputs
         started = time.perf_counter()
-        outputs = engine.run(inputs)
-        self._timed(label, (time.perf_counter() - started) / self._batch, contender)
+        try:
+            outputs = contender.run(inputs)
+        except Exception as error:
+            # The job's call is answered by ONNX Runtime; where that raises too, the inputs are at fault, not the
+            # contender, and the trial goes on.
+            outputs = first.run(inputs)
+            logger.exception("model %s: %s failed in a timed call; it stays on %s", self._model, label, self._labels[0])
+            self._fall_back(_reason(error), timing)
+            return outputs
+        self._timed(label, (time.perf_counter() - started) / self._batch, timing)
         return outputs
 
-    def _timed(self, label: str, seconds: float, contender: Engine) -> None:
+    def _timed(self, label: str, seconds: float, timing: tuple[OnnxEngine, Engine]) -> None:
         with self._lock:
-            if self._ready is None:  # another thread's call decided meanwhile
+            if self._timing is not timing:  # another thread's call decided meanwhile
                 return
             self._times[label].append(seconds)
             if any(len(times) < ROUNDS for times in self._times.values()):
                 return
-            self._ready = None
+            self._timing = None
+        first, contender = timing
         seconds_per_item = {label: min(times) for label, times in self._times.items()}
         faster = seconds_per_item[self._labels[0]] > MARGIN * seconds_per_item[self._labels[1]]
         engine, precision = self._winners[1] if faster else self._winners[0]
@@ -211,11 +236,25 @@ class TrialEngine:
         self.trial = Trial(self._model, engine, precision, seconds_per_item, self._batch, self._cpu, measured)
         if faster:
             self._active = contender
+            self._first = None
+            first.release()  # calls running on it now finish; its memory goes with the last of them
         logger.info("model %s: %s", self._model, self.trial.describe())
         try:
             self._decided(self.trial)
         finally:
             self._done.set()
+
+    def _fall_back(self, reason: str, timing: tuple[OnnxEngine, Engine] | None = None) -> None:
+        """End the trial on ONNX Runtime, with no verdict: the contender cannot run the model."""
+        with self._lock:
+            if self._timing is not timing:  # another thread's call ended the trial meanwhile
+                return
+            self._timing = None
+        brief = " ".join(reason.split())[:300]
+        self.fallback = (
+            f"model {self._model}: the torch engine cannot run it ({brief}); ONNX Runtime runs it instead (slower)"
+        )
+        self._done.set()
 
     def warmup(self) -> None:
         self._active.warmup()
@@ -225,12 +264,18 @@ class TrialEngine:
             contender = self._contender()
             if isinstance(contender, str):
                 logger.warning("model %s stays on %s: %s", self._model, self._labels[0], contender)
-                self._done.set()
+                self._fall_back(contender)
                 return
             contender.run(self._inputs)  # compiles the batch the trial times
-        except Exception:  # a failed trial leaves the model where it runs; the job goes on
+        except Exception as error:  # a failed trial leaves the model where it runs; the job goes on
             logger.exception("model %s: its engine trial failed; it stays on %s", self._model, self._labels[0])
-            self._done.set()
+            self._fall_back(_reason(error))
             return
-        self._ready = contender
+        with self._lock:
+            if self._first is not None:
+                self._timing = (self._first, contender)
         logger.info("model %s: %s is ready; timing it against %s", self._model, self._labels[1], self._labels[0])
+
+
+def _reason(error: Exception) -> str:
+    return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__

@@ -9,7 +9,7 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -19,9 +19,12 @@ from onnx import TensorProto, helper, numpy_helper
 
 from tests.support.replicas import replica_settings
 from workers.doctor import diagnose
+from workers.engines.base import Engine
+from workers.engines.batching import FittedBatches
 from workers.engines.capability import probe_cpu
-from workers.engines.loading import choose_engine, kept_trial, load_model, loads, trial_key
-from workers.engines.onnx import OnnxEngine
+from workers.engines.loading import LoadedModel, choose_engine, kept_trial, load_model, loads, trial_key
+from workers.engines.memory import HostMemory
+from workers.engines.onnx import OnnxEngine, cached_models
 from workers.engines.torch_engine import TorchEngine
 from workers.engines.trials import ROUNDS, Trial, TrialBook, TrialEngine
 
@@ -73,6 +76,40 @@ def _calls_until_decided(engine: TrialEngine, reference: np.ndarray, timeout: fl
     return calls
 
 
+class _Replay:
+    """A contender engine that answers every call with ``outputs`` (recorded off ONNX Runtime for :func:`_batch`):
+    at once, so it wins a trial, or ``seconds`` later. Its ``fails_at``-th call (the first is the trial's compile)
+    raises instead."""
+
+    input_names = ("input",)
+    output_names = ("output",)
+
+    def __init__(self, outputs: list[np.ndarray], *, seconds: float = 0.0, fails_at: int | None = None) -> None:
+        self.outputs, self.seconds, self.fails_at, self.calls = outputs, seconds, fails_at, 0
+
+    def run(self, inputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        self.calls += 1
+        if self.calls == self.fails_at:
+            raise RuntimeError("an Inductor kernel failed\nwith a long trace")
+        time.sleep(self.seconds)
+        return self.outputs
+
+    def warmup(self) -> None:
+        pass
+
+
+def _on_trial(first: OnnxEngine, contender: Callable[[], Engine | str], kept: list[Trial]) -> TrialEngine:
+    return TrialEngine(
+        first, contender, model="trial_conv", labels=("onnxruntime fp32", "torch bf16"),
+        winners=(("onnxruntime", "fp32"), ("torch", "bf16")), inputs=first.example(4) or {}, batch=4, cpu="x",
+        decided=kept.append,
+    )  # fmt: skip
+
+
+def _loaded(engine: TrialEngine) -> LoadedModel:
+    return LoadedModel(engine, None, FittedBatches(4, memory=HostMemory()), "trial_conv")
+
+
 def test_a_model_on_trial_runs_on_onnx_runtime_until_the_torch_engine_is_timed_then_on_the_faster(
     model: Path, tmp_path: Path
 ) -> None:
@@ -116,6 +153,89 @@ def test_a_contender_that_cannot_run_the_model_leaves_it_on_onnx_runtime_with_no
     )  # fmt: skip
     engine.start()
     assert engine.wait(60) and engine.trial is None and kept == [] and engine.active is first
+
+
+def _no_converter() -> str:
+    return "no converter for op GridSample"
+
+
+def _compile_fails() -> Engine:
+    return _Replay([], fails_at=1)
+
+
+@pytest.mark.parametrize(
+    ("contender", "reason"),
+    [(_no_converter, "(no converter for op GridSample)"), (_compile_fails, "(RuntimeError: an Inductor kernel failed")],
+    ids=["cannot-convert", "compile-raises"],
+)
+def test_a_contender_that_cannot_run_the_model_is_reported_as_an_engine_fallback(
+    model: Path, tmp_path: Path, contender: Callable[[], Engine | str], reason: str
+) -> None:
+    first = OnnxEngine.load(model, replica_settings(tmp_path))
+    kept: list[Trial] = []
+    engine = _on_trial(first, contender, kept)
+    loaded = _loaded(engine)
+    assert loaded.degradations() == [], "nothing is known before the trial ends"
+    engine.start()
+    assert engine.wait(60) and engine.trial is None and kept == [] and engine.active is first
+    message = f"model trial_conv: the torch engine cannot run it {reason}"
+    assert engine.fallback is not None and engine.fallback.startswith(message)
+    assert engine.fallback.endswith("ONNX Runtime runs it instead (slower)")
+    assert [(found.kind, found.model) for found in loaded.degradations()] == [("engine_fallback", "trial_conv")]
+    assert loaded.degradations()[0].message == engine.fallback
+
+
+def test_a_contender_that_raises_in_a_timed_call_leaves_that_call_to_onnx_runtime_and_the_model_on_it(
+    model: Path, tmp_path: Path
+) -> None:
+    first = OnnxEngine.load(model, replica_settings(tmp_path))
+    reference = first.run(_batch())[0]
+    contender = _Replay([reference], fails_at=2)  # the trial's compile, then the first timed call
+    kept: list[Trial] = []
+    engine = _on_trial(first, lambda: contender, kept)
+    engine.start()
+    outputs = []
+    deadline = time.monotonic() + 60
+    while not engine.wait(0):
+        assert time.monotonic() < deadline, "the trial did not end"
+        outputs.append(engine.run(_batch())[0])
+    assert contender.calls == 2, "the failing call was the contender's timed one"
+    assert all(np.array_equal(output, reference) for output in outputs), "the job's calls all answered by ORT"
+    assert engine.trial is None and kept == [] and engine.active is first
+    assert np.array_equal(engine.run(_batch())[0], reference) and contender.calls == 2, "no more calls of torch"
+    assert engine.fallback is not None
+    assert "(RuntimeError: an Inductor kernel failed with a long trace)" in engine.fallback
+    assert [found.kind for found in _loaded(engine).degradations()] == ["engine_fallback"]
+
+
+def test_when_the_torch_engine_wins_onnx_runtimes_session_is_released(model: Path, tmp_path: Path) -> None:
+    settings = replica_settings(tmp_path)
+    first = OnnxEngine.load(model, settings)
+    assert OnnxEngine.load(model, settings)._session is first._session, "shared while kept"
+    reference = first.run(_batch())[0]
+    kept: list[Trial] = []
+    engine = _on_trial(first, lambda: _Replay([reference]), kept)
+    engine.start()
+    assert model.resolve() in cached_models()
+    _calls_until_decided(engine, reference, timeout=60)
+    assert engine.trial is not None and engine.trial.engine == "torch", engine.trial
+    assert isinstance(engine.active, _Replay) and kept == [engine.trial]
+    assert model.resolve() not in cached_models(), "ONNX Runtime's session is not kept for the rest of the job"
+    assert engine.input_names == ("input",) and engine.output_names == ("output",)
+    assert engine.fallback is None and _loaded(engine).degradations() == []
+    assert OnnxEngine.load(model, settings)._session is not first._session, "a later load gets a new session"
+
+
+def test_onnx_runtime_winning_the_trial_is_no_fallback(model: Path, tmp_path: Path) -> None:
+    first = OnnxEngine.load(model, replica_settings(tmp_path))
+    reference = first.run(_batch())[0]
+    kept: list[Trial] = []
+    engine = _on_trial(first, lambda: _Replay([reference], seconds=0.05), kept)
+    engine.start()
+    _calls_until_decided(engine, reference, timeout=60)
+    assert engine.trial is not None and engine.trial.engine == "onnxruntime" and engine.active is first
+    assert model.resolve() in cached_models(), "the engine it stays on keeps its session"
+    assert engine.fallback is None and _loaded(engine).degradations() == []
 
 
 @native_bf16
