@@ -35,7 +35,7 @@ from workers.engines.batching import FittedBatches
 from workers.engines.capability import CpuProbe, probe_cpu
 from workers.engines.family import detect_family
 from workers.engines.memory import DeviceMemory, HostMemory, memory_for
-from workers.engines.onnx import OnnxEngine
+from workers.engines.onnx import OnnxEngine, release_sessions
 from workers.engines.trials import Trial, TrialBook, TrialEngine
 from workers.models.download import sha256_of
 from workers.models.registry import ModelKind
@@ -190,6 +190,17 @@ def loads() -> Mapping[str, int]:
 def loaded_models() -> list[LoadedModel]:
     """The heavy models this process has loaded, in order (their engines' counters tell compiles and padding)."""
     return list(_LOADED)
+
+
+def release_models() -> None:
+    """Forget every model this process has loaded, and its ONNX Runtime sessions: their memory goes once nothing else
+    holds them, and the next use loads them again. A worker keeps its models for its life; a process that runs
+    unrelated work one part after another (the test suite: a module at a time) releases them between parts."""
+    with _LOADING:
+        _ONNX_MODELS.clear()
+        _LOADED.clear()
+        _load_torch.cache_clear()
+    release_sessions()
 
 
 def load_model(path: Path, settings: Settings, *, name: str, batch_input: str) -> LoadedModel:

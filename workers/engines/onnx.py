@@ -110,6 +110,12 @@ def cached_models() -> list[Path]:
         return [Path(path) for path, _, _ in _SESSIONS]
 
 
+def release_sessions() -> None:
+    """Forget every kept session (see :func:`workers.engines.loading.release_models`)."""
+    with _SESSIONS_LOCK:
+        _SESSIONS.clear()
+
+
 def _session(key: _SessionKey) -> Any:
     """The kept session of ``key``, else a new one, kept. Created outside the lock, so that models load in
     parallel; two threads that create the same one at once both get the first kept."""

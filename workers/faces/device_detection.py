@@ -230,6 +230,11 @@ def _converted(path: str, mtime_ns: int, device: str, mode: CompileMode, max_bat
     return converted_engine(Path(path), device, mode=mode, max_batch=max_batch)
 
 
+def forget_converted() -> None:
+    """Forget the detectors converted in this process (see :func:`workers.engines.loading.release_models`)."""
+    _converted.cache_clear()
+
+
 def on_device(
     host: FaceDetector,
     path: Path,

@@ -22,7 +22,8 @@ from tests.support.replicas import (
 )
 from workers.engines.capability import CpuCapability
 from workers.engines.family import detect_family, family_from_providers
-from workers.engines.onnx import OnnxEngine, choose_providers, describe_options, provider_options
+from workers.engines.loading import load_model, loads, release_models
+from workers.engines.onnx import OnnxEngine, cached_models, choose_providers, describe_options, provider_options
 
 ALL_PROVIDERS = [
     "CPUExecutionProvider",
@@ -132,6 +133,21 @@ def test_a_model_file_is_loaded_once_per_process(tmp_path: Path) -> None:
     settings = replica_settings(tmp_path / "models")
     first, second = OnnxEngine.load(path, settings), OnnxEngine.load(path, settings)
     assert first._session is second._session
+
+
+def test_released_models_are_loaded_again_on_their_next_use(tmp_path: Path) -> None:
+    """What a process does between unrelated parts of its work (the test suite: between modules): its models and
+    sessions are forgotten, so their memory can go, and the next use loads the file again."""
+    path = install_replica(arcface_w600k_r50(), "arcface_w600k_r50", tmp_path / "models")
+    settings = replica_settings(tmp_path / "models")
+    loaded = load_model(path, settings, name="arcface_w600k_r50", batch_input="input")
+    before = loads()["arcface_w600k_r50"]
+    assert load_model(path, settings, name="arcface_w600k_r50", batch_input="input") is loaded
+    release_models()
+    assert path.resolve() not in cached_models()
+    again = load_model(path, settings, name="arcface_w600k_r50", batch_input="input")
+    assert again is not loaded and loads()["arcface_w600k_r50"] == before + 1
+    assert path.resolve() in cached_models()
 
 
 def test_run_batches_any_size_and_casts_to_the_declared_dtypes(tmp_path: Path) -> None:
