@@ -59,13 +59,22 @@ def _process_degradations_kept_to_the_test(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setattr(degradations, "_sticky", {})
 
 
+RELEASE_ABOVE_BYTES = 6 * 2**30
+"""A pytest process that holds more than this at a module's end releases its models (see below)."""
+
+
 @pytest.fixture(autouse=True, scope="module")
-def _models_released_after_each_module() -> Iterator[None]:
-    """A pytest process runs module after module, and a worker keeps every model it loads: without this, one process
-    of the suite grew to 12.7 GB of resident memory over the unit tests alone, so two fitted this machine and three
-    did not. The next module that needs a model loads it again (its compiled graphs come from the compile cache)."""
+def _models_released_when_the_process_grows() -> Iterator[None]:
+    """A pytest process runs module after module, and a worker keeps every model it loads: left alone, one process
+    of the suite grew to 12.7 GB of resident memory over the unit tests. So at the end of a module, once the process
+    holds more than :data:`RELEASE_ABOVE_BYTES`, its models, ONNX Runtime sessions and compiled graphs are released;
+    the next module that needs one loads it again (its compiled code from the compile cache). Releasing after every
+    module instead bounded a process at 5 GB, but the suite ran 80 s longer (docs/testing.md)."""
     yield
     if "workers.engines.loading" not in sys.modules:
+        return
+    resident = _resident_bytes()
+    if resident is not None and resident < RELEASE_ABOVE_BYTES:
         return
     from workers.engines.loading import release_models
     from workers.faces.device_detection import forget_converted
@@ -78,6 +87,15 @@ def _models_released_after_each_module() -> Iterator[None]:
         torch._dynamo.reset()  # compiled graphs and their guards, per process
     gc.collect()
     _return_freed_memory()
+
+
+def _resident_bytes() -> int | None:
+    """This process's resident memory, where ``/proc`` tells it."""
+    try:
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return pages * os.sysconf("SC_PAGE_SIZE")
 
 
 def _return_freed_memory() -> None:
