@@ -44,7 +44,7 @@ def server(
         work_dir=home / "work",
         max_upload_bytes=64 * 1024,
         max_source_bytes=8 * 1024,
-        webhook_resolve_timeout_seconds=0.25,
+        webhook_resolve_timeout_seconds=0.02,
     )
     (home / "logs").mkdir()
     with live_api(settings, home / "logs") as api:

@@ -34,7 +34,7 @@ from shared.storage import Storage
 from shared.tasks import RENDER_CHUNK, ChunkPayload, render_queue
 from tests.integration.conftest import PLAIN_BLUR, download, submit, wait_finished, with_face_models
 from tests.support.farm import Farm, wait_for
-from tests.support.faults import slow_tool
+from tests.support.faults import slow_chunks, slow_tool
 from tests.support.media import assert_frames_match, make_clip, read_frames, stream_info
 from tests.support.servers import PostgresServer
 
@@ -108,9 +108,9 @@ class TestWorkersKilledMidChunk:
         self, farm: Farm, api: TestClient, settings: Settings, tmp_path: Path, pipeline: str
     ) -> None:
         clip = make_clip(tmp_path / "clip.mp4", seconds=6, size="64x64")  # 12 chunks: room for five kills
-        # Every ffmpeg call starts half a second late: each chunk lasts long enough for a kill to land in it,
+        # Every chunk's encode starts half a second late: each chunk lasts long enough for a kill to land in it,
         # whatever the machine's speed, without big frames to spend CPU on.
-        slow = slow_tool(tmp_path / "bin", "ffmpeg", 0.5)
+        slow = slow_chunks(tmp_path / "bin", 0.5)
         farm.beat()
         job_id = submit(api, clip, {**PIPELINES[pipeline], "chunk_frames": 16})
         killed: list[str] = []
@@ -196,7 +196,7 @@ class TestDatabaseRestart:
         tmp_path: Path,
     ) -> None:
         clip = make_clip(tmp_path / "clip.mp4", seconds=8, size="64x64")
-        farm.worker("w1", env=slow_tool(tmp_path / "bin", "ffmpeg", 0.5))  # chunks left to render when it stops
+        farm.worker("w1", env=slow_chunks(tmp_path / "bin", 0.5))  # chunks left to render when it stops
         farm.beat()
         job_id = submit(api, clip, {**LOSSLESS, "chunk_frames": 16})
         wait_for(lambda: _done(settings, job_id) >= 2, timeout=180, what="two chunks done")
@@ -320,8 +320,8 @@ class TestDuplicateDelivery:
         self, farm: Farm, api: TestClient, settings: Settings, tmp_path: Path
     ) -> None:
         clip = make_clip(tmp_path / "clip.mp4", seconds=5, size="64x64")
-        # The render lasts two seconds at least (its ffmpeg starts late), so the duplicate comes while it runs.
-        slow = slow_tool(tmp_path / "bin", "ffmpeg", 2)
+        # The render lasts two seconds at least (its encode starts late), so the duplicate comes while it runs.
+        slow = slow_chunks(tmp_path / "bin", 2)
         hosts = [farm.worker("w1", env=slow), farm.worker("w2", env=slow)]
         job_id = submit(api, clip, {**LOSSLESS, "chunk_frames": 1000})  # one chunk
         chunk = wait_for(lambda: next(iter(_chunks(settings, job_id)), None), timeout=120, what="the plan")

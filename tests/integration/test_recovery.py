@@ -24,7 +24,7 @@ from shared.schema import upgrade
 from shared.settings import Settings
 from tests.integration.conftest import download, submit, wait_finished
 from tests.support.farm import Farm, wait_for
-from tests.support.faults import slow_tool
+from tests.support.faults import slow_chunks
 from tests.support.media import assert_frames_match, make_clip, read_frames
 from tests.support.servers import PostgresServer, RedisServer
 
@@ -97,9 +97,9 @@ def _two_workers_and_the_reaper(farm: Farm, env: dict[str, str] | None = None) -
 
 
 def _slow_chunks(folder: Path) -> dict[str, str]:
-    """Workers whose every ffmpeg call starts half a second late: tiny chunks that still last long enough for a
-    fault to find work queued and running, without the CPU of big frames."""
-    return slow_tool(folder, "ffmpeg", 0.5)
+    """Workers whose chunk encodes start half a second late: tiny chunks that still last long enough for a fault to
+    find work queued and running, without the CPU of big frames."""
+    return slow_chunks(folder, 0.5)
 
 
 # -- 1. the broker restarts empty mid-job -----------------------------------------------------------------------
@@ -187,9 +187,9 @@ class TestWorkerKilledAtDefaults:
     ) -> None:
         assert settings.lease_seconds == 15 and settings.heartbeat_seconds == 3
         clip = make_clip(tmp_path / "clip.mp4", seconds=4, size="64x64", rate="15")  # 3 chunks of 20 frames
-        # Each ffmpeg call starts two seconds late: a chunk is still rendering when the kill comes, with no CPU
+        # Each chunk's encode starts two seconds late: a chunk is still rendering when the kill comes, with no CPU
         # spent on it (the wait for the dead worker's lease is what this test is about).
-        _two_workers_and_the_reaper(farm, slow_tool(tmp_path / "bin", "ffmpeg", 2))
+        _two_workers_and_the_reaper(farm, slow_chunks(tmp_path / "bin", 2))
         job_id = submit(api, clip, {**LOSSLESS, "chunk_frames": 20})
         host = "w1@test"
 

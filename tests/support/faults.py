@@ -64,6 +64,31 @@ exec '{ffmpeg}' "$@"
 """
 
 
+_SLOW_CHUNKS = """#!/bin/sh
+for arg in "$@"; do
+  case "$arg" in
+    */selftest-*) break;;
+    */[0-9][0-9][0-9][0-9][0-9].*) sleep {seconds}; break;;
+  esac
+done
+exec '{ffmpeg}' "$@"
+"""
+
+
+def slow_chunks(folder: Path, seconds: float) -> dict[str, str]:
+    """The environment for a worker whose chunk encodes start ``seconds`` late: a tiny chunk then lasts long enough
+    for a kill, an outage or a duplicate message to land in it, with no CPU spent. The encoder's output file names
+    a chunk (``<index>.<container>``); every other ffmpeg call (the codec probe and self-test as the worker starts,
+    planning's frame scan, the stitch) runs at once, so the wait is only where the test needs it."""
+    real = shutil.which("ffmpeg")
+    assert real is not None, "ffmpeg is not installed"
+    folder.mkdir(parents=True, exist_ok=True)
+    script = folder / "ffmpeg"
+    script.write_text(_SLOW_CHUNKS.format(seconds=seconds, ffmpeg=real))
+    script.chmod(0o755)
+    return {"PATH": f"{folder}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+
 def broken_renders(folder: Path) -> dict[str, str]:
     """The environment for a worker whose every chunk encode fails (a broken encoder build, a bad GPU): the
     encoder's output file names a chunk (``<index>.mp4``), as the worker's self-test's does; every other ffmpeg
