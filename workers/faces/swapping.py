@@ -19,6 +19,7 @@ The identity of several source images is the mean of their L2-normalised ArcFace
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
@@ -183,7 +184,14 @@ def read_emap(path: Path) -> npt.NDArray[np.float32]:
         ModelError: the last initializer is not ``[512, 512]``.
     """
     resolved = path.resolve()
-    return _read_emap(str(resolved), resolved.stat().st_mtime_ns).copy()
+    with _EMAP_READ:
+        emap = _read_emap(str(resolved), resolved.stat().st_mtime_ns)
+    return emap.copy()
+
+
+_EMAP_READ = threading.Lock()
+"""One emap read at a time: a second caller (a worker warming its models while its first task asks for the swapper)
+waits for the first's result instead of loading the whole model file beside it (530 MB for inswapper)."""
 
 
 @cache

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +20,8 @@ from tests.support.engines import CountingEngine
 from tests.support.replicas import install_replica, realistic_emap, replica_settings
 from workers.engines.base import Tensor
 from workers.engines.onnx import OnnxEngine
-from workers.faces.swapping import SWAPPERS, EmapProjection, FaceSwapper
+from workers.faces.swapping import SWAPPERS, EmapProjection, FaceSwapper, read_emap
+from workers.models.download import resolve
 
 REPLICAS: Mapping[str, list[tuple[str, Callable[[], onnx.ModelProto]]]] = {
     "inswapper_128": [("inswapper_128", replicas.inswapper_128)],
@@ -67,6 +71,36 @@ def test_inswapper_latent_is_facefusions_emap_projection_of_the_last_initializer
     unit = embedding[0] / np.linalg.norm(embedding[0])
     np.testing.assert_allclose(latent, unit @ realistic_emap() / np.linalg.norm(unit), rtol=1e-5, atol=1e-5)
     assert 3.0 < np.linalg.norm(latent) < 5.0, "FaceFusion feeds the projection without re-normalising it"
+
+
+def test_an_emap_asked_for_by_threads_at_once_is_read_from_its_file_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker warming its models while its first task asks for the swapper: each read holds the whole model file
+    in memory (530 MB for inswapper), so a second thread waits for the first's emap instead of reading beside it."""
+    path = resolve("inswapper_128", _install(tmp_path, "inswapper_128"))
+    loads: list[str] = []
+    load = onnx.load
+
+    def slow_load(file: str) -> onnx.ModelProto:  # long enough that every thread asks while the first one reads
+        loads.append(file)
+        time.sleep(0.3)
+        return load(file)
+
+    monkeypatch.setattr(onnx, "load", slow_load)
+    together = threading.Barrier(4)
+
+    def read(_: int) -> npt.NDArray[np.float32]:
+        together.wait()
+        return read_emap(path)
+
+    with ThreadPoolExecutor(4) as pool:
+        emaps = list(pool.map(read, range(4)))
+    assert len(loads) == 1
+    for emap in emaps:
+        np.testing.assert_array_equal(emap, realistic_emap())
+    emaps[0][0, 0] += 1  # each caller gets its own copy
+    np.testing.assert_array_equal(emaps[1], realistic_emap())
 
 
 def test_the_identity_of_several_sources_is_the_mean_of_their_normalised_embeddings() -> None:
