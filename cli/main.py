@@ -215,7 +215,7 @@ def worker(
     default_name = f"{family}-{os.getpid()}@%h" if gpu is None else f"{family}-gpu{gpu}-{os.getpid()}@%h"
     nodename = host_format(default_nodename(name or default_name))
     try:
-        refuse_duplicate(celery, nodename)
+        refuse_duplicate(celery, nodename, timeout=settings.worker_name_check_seconds)
     except WorkerNameTakenError as exc:
         err.print(f"[red]{exc.code}[/]: {exc.message}", soft_wrap=True)
         raise typer.Exit(2) from exc

@@ -170,6 +170,12 @@ class Settings(BaseSettings):
         "auto", description="A worker's accelerator family; auto: detected (swapfarm doctor shows it)"
     )
     worker_concurrency: int = Field(1, ge=1, description="Pool processes per worker; keep 1 per GPU")
+    worker_name_check_seconds: float = Field(
+        1.0,
+        gt=0,
+        le=30,
+        description="How long a starting worker waits for a running worker of its name to answer before it starts",
+    )
     worker_tags: list[str] = Field(
         default_factory=list,
         description="This worker's tags (swapfarm worker --tag): jobs' required_tags narrow routing",

@@ -166,6 +166,7 @@ def _test_settings(database_url: str, broker_url: str, folder: Path) -> Settings
         requeue_after_seconds=30,
         retry_backoff_seconds=0.2,
         batch_size=8,
+        worker_name_check_seconds=0.25,  # a worker's start waits this long for a namesake (1 s by default)
     )
 
 

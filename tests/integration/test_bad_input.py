@@ -71,6 +71,7 @@ def settings(database_url: str, broker_url: str, tmp_path_factory: pytest.TempPa
         requeue_after_seconds=30,
         retry_backoff_seconds=0.2,
         batch_size=8,
+        worker_name_check_seconds=0.25,
         max_upload_bytes=MAX_UPLOAD,
         max_source_bytes=MAX_SOURCE,
         family="cpu",
