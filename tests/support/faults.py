@@ -20,20 +20,27 @@ if [ -e '{switch}' ]; then
     esac
   done
 fi
-exec '{ffmpeg}' "$@"
+exec '{real}' "$@"
 """
+
+
+def _first_on_path(folder: Path, tool: str, script: str, **fields: object) -> dict[str, str]:
+    """The environment for a worker whose ``tool`` is ``script`` (``{real}``: the real tool's path, then ``fields``),
+    written to ``folder`` and put first on its PATH."""
+    real = shutil.which(tool)
+    assert real is not None, f"{tool} is not installed"
+    folder.mkdir(parents=True, exist_ok=True)
+    stand_in = folder / tool
+    stand_in.write_text(script.format(real=real, **fields))
+    stand_in.chmod(0o755)
+    return {"PATH": f"{folder}{os.pathsep}{os.environ.get('PATH', '')}"}
 
 
 def failing_encoder(folder: Path, chunk_index: int, switch: Path) -> dict[str, str]:
     """The environment for a worker whose encodes of chunk ``chunk_index`` fail while ``switch`` exists."""
-    real = shutil.which("ffmpeg")
-    assert real is not None, "ffmpeg is not installed"
-    folder.mkdir(parents=True, exist_ok=True)
-    script = folder / "ffmpeg"
-    script.write_text(_SCRIPT.format(switch=switch, name=f"{chunk_index:05d}.mp4", ffmpeg=real))
-    script.chmod(0o755)
+    env = _first_on_path(folder, "ffmpeg", _SCRIPT, switch=switch, name=f"{chunk_index:05d}.mp4")
     switch.touch()
-    return {"PATH": f"{folder}{os.pathsep}{os.environ.get('PATH', '')}"}
+    return env
 
 
 _SLOW = """#!/bin/sh
@@ -45,13 +52,7 @@ exec '{real}' "$@"
 def slow_tool(folder: Path, tool: str, seconds: float) -> dict[str, str]:
     """The environment for a worker whose ``tool`` (``ffprobe``, ``ffmpeg``) takes ``seconds`` longer every call, as
     on a long video or a busy disk."""
-    real = shutil.which(tool)
-    assert real is not None, f"{tool} is not installed"
-    folder.mkdir(parents=True, exist_ok=True)
-    script = folder / tool
-    script.write_text(_SLOW.format(seconds=seconds, real=real))
-    script.chmod(0o755)
-    return {"PATH": f"{folder}{os.pathsep}{os.environ.get('PATH', '')}"}
+    return _first_on_path(folder, tool, _SLOW, seconds=seconds)
 
 
 _BROKEN = """#!/bin/sh
@@ -60,7 +61,7 @@ for arg in "$@"; do
     */[0-9][0-9][0-9][0-9][0-9].mp4) echo "injected fault: this machine's encoder is broken ($arg)" >&2; exit 1;;
   esac
 done
-exec '{ffmpeg}' "$@"
+exec '{real}' "$@"
 """
 
 
@@ -71,7 +72,7 @@ for arg in "$@"; do
     */[0-9][0-9][0-9][0-9][0-9].*) sleep {seconds}; break;;
   esac
 done
-exec '{ffmpeg}' "$@"
+exec '{real}' "$@"
 """
 
 
@@ -80,23 +81,11 @@ def slow_chunks(folder: Path, seconds: float) -> dict[str, str]:
     for a kill, an outage or a duplicate message to land in it, with no CPU spent. The encoder's output file names
     a chunk (``<index>.<container>``); every other ffmpeg call (the codec probe and self-test as the worker starts,
     planning's frame scan, the stitch) runs at once, so the wait is only where the test needs it."""
-    real = shutil.which("ffmpeg")
-    assert real is not None, "ffmpeg is not installed"
-    folder.mkdir(parents=True, exist_ok=True)
-    script = folder / "ffmpeg"
-    script.write_text(_SLOW_CHUNKS.format(seconds=seconds, ffmpeg=real))
-    script.chmod(0o755)
-    return {"PATH": f"{folder}{os.pathsep}{os.environ.get('PATH', '')}"}
+    return _first_on_path(folder, "ffmpeg", _SLOW_CHUNKS, seconds=seconds)
 
 
 def broken_renders(folder: Path) -> dict[str, str]:
     """The environment for a worker whose every chunk encode fails (a broken encoder build, a bad GPU): the
     encoder's output file names a chunk (``<index>.mp4``), as the worker's self-test's does; every other ffmpeg
     call (planning's frame scan, the stitch) runs the real ffmpeg."""
-    real = shutil.which("ffmpeg")
-    assert real is not None, "ffmpeg is not installed"
-    folder.mkdir(parents=True, exist_ok=True)
-    script = folder / "ffmpeg"
-    script.write_text(_BROKEN.format(ffmpeg=real))
-    script.chmod(0o755)
-    return {"PATH": f"{folder}{os.pathsep}{os.environ.get('PATH', '')}"}
+    return _first_on_path(folder, "ffmpeg", _BROKEN)
