@@ -9,6 +9,7 @@ import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -152,29 +153,32 @@ def broker_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         server.stop()
 
 
-def _test_settings(database_url: str, broker_url: str, folder: Path) -> Settings:
+def farm_settings(database_url: str, broker_url: str, folder: Path, **overrides: Any) -> Settings:
+    """Settings for a test's farm: storage and work under ``folder``, short leases, heartbeats and reaps, the
+    Redis database emptied; ``overrides`` on top (a module's upload limits, its models folder)."""
     redis.Redis.from_url(broker_url).flushdb()
-    return Settings(
-        environment="test",
-        database_url=database_url,
-        broker_url=broker_url,
-        storage_url=f"file://{folder / 'storage'}",
-        work_dir=folder / "work",
-        lease_seconds=4,
-        heartbeat_seconds=1,
-        reap_interval_seconds=1,
-        requeue_after_seconds=30,
-        retry_backoff_seconds=0.2,
-        batch_size=8,
-        worker_name_check_seconds=0.25,  # a worker's start waits this long for a namesake (1 s by default)
-    )
+    values: dict[str, Any] = {
+        "environment": "test",
+        "database_url": database_url,
+        "broker_url": broker_url,
+        "storage_url": f"file://{folder / 'storage'}",
+        "work_dir": folder / "work",
+        "lease_seconds": 4,
+        "heartbeat_seconds": 1,
+        "reap_interval_seconds": 1,
+        "requeue_after_seconds": 30,
+        "retry_backoff_seconds": 0.2,
+        "batch_size": 8,
+        "worker_name_check_seconds": 0.25,  # a worker's start waits this long for a namesake (1 s by default)
+    }
+    return Settings(**(values | overrides))
 
 
 @pytest.fixture(scope="module")
 def module_settings(database_url: str, broker_url: str, tmp_path_factory: pytest.TempPathFactory) -> Settings:
     """The settings every test of a ``shared_farm`` module runs under (one storage and work folder), so that they
     can share the farm's processes (``tests/support/farm_pool.py``)."""
-    return _test_settings(database_url, broker_url, tmp_path_factory.mktemp("module"))
+    return farm_settings(database_url, broker_url, tmp_path_factory.mktemp("module"))
 
 
 @pytest.fixture
@@ -183,7 +187,7 @@ def settings(request: pytest.FixtureRequest, database_url: str, broker_url: str,
     ``shared_farm``, the module's."""
     if request.node.get_closest_marker("shared_farm"):
         return request.getfixturevalue("module_settings")  # type: ignore[no-any-return]
-    return _test_settings(database_url, broker_url, tmp_path)
+    return farm_settings(database_url, broker_url, tmp_path)
 
 
 @pytest.fixture

@@ -16,7 +16,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-import redis
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
@@ -24,6 +23,7 @@ from shared.db import session_scope
 from shared.media import probe
 from shared.models import Chunk, Job
 from shared.settings import Settings
+from tests.conftest import farm_settings
 from tests.integration.conftest import PLAIN_BLUR, download, submit, wait_finished
 from tests.support import hostile
 from tests.support.faces import MODELS
@@ -51,7 +51,6 @@ MAX_SOURCE = 512 * 1024
 @pytest.fixture(scope="module")
 def settings(database_url: str, broker_url: str, tmp_path_factory: pytest.TempPathFactory) -> Settings:
     """The test settings, for the whole module, with small upload limits and the face models (when present)."""
-    redis.Redis.from_url(broker_url).flushdb()
     home = tmp_path_factory.mktemp("bad-input")
     models = home / "models"
     models.mkdir()
@@ -59,19 +58,11 @@ def settings(database_url: str, broker_url: str, tmp_path_factory: pytest.TempPa
         shutil.copy(MODELS / "yunet_2023mar.onnx", models / "yunet_2023_mar.onnx")
         install_replica(arcface_w600k_r50(), "arcface_w600k_r50", models)
         install_replica(constant_colour_swapper((0, 255, 0)), "inswapper_128_fp16", models)  # the `fast` swapper
-    return Settings(
-        environment="test",
-        database_url=database_url,
-        broker_url=broker_url,
-        storage_url=f"file://{home / 'storage'}",
-        work_dir=home / "work",
+    return farm_settings(
+        database_url,
+        broker_url,
+        home,
         lease_seconds=10,
-        heartbeat_seconds=1,
-        reap_interval_seconds=1,
-        requeue_after_seconds=30,
-        retry_backoff_seconds=0.2,
-        batch_size=8,
-        worker_name_check_seconds=0.25,
         max_upload_bytes=MAX_UPLOAD,
         max_source_bytes=MAX_SOURCE,
         family="cpu",

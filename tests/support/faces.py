@@ -1,7 +1,7 @@
 """Helpers for the face tests: the reference data's frames and images, CPU settings, and loaded engines.
 
-Frames and engines are cached per test process: decoding a clip or building an ONNX Runtime session once is
-enough for every test that reads it.
+Frames and engines are cached per test process: decoding a clip (as far as the tests ask) or building an ONNX
+Runtime session once is enough for every test that reads it.
 """
 
 from __future__ import annotations
@@ -38,28 +38,51 @@ def cpu_settings(tmp: Path | None = None, **overrides: object) -> Settings:
     return Settings.model_validate(values)
 
 
-@cache
-def _clip(name: str) -> Frames:
+_decoded: dict[str, tuple[Frames, bool]] = {}
+"""Per clip, the frames decoded so far from its start, and whether they are all of it."""
+
+
+def _first_frames(name: str, count: int | None) -> Frames:
+    """The clip's first ``count`` frames (all of them where ``None``), read-only. A clip is decoded only as far as
+    a test has asked (most ask for a few frames of the start), once per process unless a later test asks further."""
+    frames, whole = _decoded.get(name, (None, False))
+    if frames is not None and (whole or (count is not None and len(frames) >= count)):
+        return frames if count is None else frames[:count]
     capture = cv2.VideoCapture(str(MEDIA / name))
-    frames = []
+    decoded = []
     try:
-        while True:
+        while count is None or len(decoded) < count:
             ok, frame = capture.read()
             if not ok:
                 break
-            frames.append(frame)
+            decoded.append(frame)
     finally:
         capture.release()
-    if not frames:
+    if not decoded:
         raise FileNotFoundError(f"no frames decoded from {MEDIA / name}")
-    result = np.asarray(np.stack(frames), dtype=np.uint8)
-    result.setflags(write=False)
-    return result
+    frames = np.asarray(np.stack(decoded), dtype=np.uint8)
+    frames.setflags(write=False)
+    _decoded[name] = (frames, count is None or len(decoded) < count)
+    return frames
+
+
+def _frames_needed(indices: Sequence[int] | slice | None) -> int | None:
+    """How many frames from the start ``indices`` reach into (``None``: it can only be known from the clip's end)."""
+    if indices is None:
+        return None
+    if isinstance(indices, slice):
+        start, stop, step = indices.start or 0, indices.stop, indices.step or 1
+        if stop is None or stop < 0 or start < 0 or step < 0:
+            return None
+        return stop
+    if any(index < 0 for index in indices):
+        return None
+    return max(indices, default=-1) + 1
 
 
 def clip_frames(name: str, indices: Sequence[int] | slice | None = None) -> Frames:
     """Frames of a reference clip (``d18.mp4`` …) as uint8 [N, H, W, 3] BGR; a writable copy."""
-    frames = _clip(name)
+    frames = _first_frames(name, _frames_needed(indices))
     return np.array(frames if indices is None else frames[indices])
 
 
