@@ -56,6 +56,7 @@ def test_the_server_serves_the_description_that_is_fuzzed(server: tuple[LiveApi,
     assert httpx.get(f"{api.url}/openapi.json").json() == schema.raw_schema
 
 
+@pytest.mark.slow
 @schema.parametrize()
 @hypothesis_settings(
     max_examples=EXAMPLES,

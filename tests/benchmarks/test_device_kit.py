@@ -170,6 +170,7 @@ def test_the_kits_ffmpeg_and_ffprobe_run_and_encode_h264(device: Device) -> None
     assert " libx264 " in encoders and " aac " in encoders
 
 
+@pytest.mark.slow
 def test_the_runs_modules_import_from_the_kit_and_the_images_packages_alone(device: Device) -> None:
     modules = [*ENTRY_MODULES, *(f.removesuffix(".py").replace("/", ".") for f in gpu_test_files())]
     probe = (
@@ -225,6 +226,7 @@ def test_the_gpu_marked_tests_are_collected_there(device: Device) -> None:
     assert collected and int(collected[1]) >= 5, done.stdout[-2000:]
 
 
+@pytest.mark.slow
 def test_the_kits_call_runs_device_run_there_and_each_gpu_step_says_in_one_line_why_it_did_not(
     device: Device, tmp_path: Path
 ) -> None:

@@ -25,6 +25,7 @@ def test_without_a_gpu_the_check_refuses_with_one_line_why() -> None:
     assert len(lines) == 1 and lines[0].startswith("gpu_check: no GPU") and "--cpu-smoke" in lines[0]
 
 
+@pytest.mark.slow
 def test_the_cpu_smoke_measures_each_part_and_the_jobs_it_checked_succeeded(data_dir: Path, tmp_path: Path) -> None:
     data = tmp_path / "data"
     (data / "models").mkdir(parents=True)

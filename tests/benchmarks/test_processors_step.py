@@ -31,6 +31,7 @@ def test_the_step_runs_its_arguments_with_the_models_on_the_gpu() -> None:
     assert '"$python" "${processors[@]}" --device cuda\n' in SCRIPT.read_text()
 
 
+@pytest.mark.slow
 def test_the_steps_arguments_run_on_the_cpu_and_give_each_processor_batched_against_one_at_a_time() -> None:
     done = subprocess.run(
         [sys.executable, *step_arguments(), "--device", "cpu", *TINY],

@@ -70,6 +70,7 @@ def _fp32(path: Path, feeds: dict[str, Array]) -> Array:
     return engine.run(feeds)[0]
 
 
+@pytest.mark.slow
 def test_a_model_that_quantises_well_runs_compiled_int8_within_35_db_of_fp32(tmp_path: Path) -> None:
     engine, path = _int8_engine(well_quantised(), tmp_path, mode="default")
     calibration = [_feeds(seed) for seed in range(ITEMS // 4)]
@@ -136,6 +137,7 @@ def _child(path: Path, cache: Path, calls: int) -> dict[str, Any]:
     return result
 
 
+@pytest.mark.slow
 def test_a_second_process_loads_the_quantised_graph_without_calibrating(tmp_path: Path) -> None:
     path = tmp_path / "int8_friendly.onnx"
     onnx.save(well_quantised(), str(path))

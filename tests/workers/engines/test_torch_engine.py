@@ -82,6 +82,7 @@ def full_inswapper() -> tuple[onnx.ModelProto, OnnxModule]:
     return model, convert(model)
 
 
+@pytest.mark.slow
 def test_compiled_full_size_inswapper_matches_onnxruntime_as_one_graph(
     full_inswapper: tuple[onnx.ModelProto, OnnxModule],
 ) -> None:
@@ -119,6 +120,7 @@ REDUCED: Mapping[str, Callable[[], onnx.ModelProto]] = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(REDUCED))
 def test_compiled_reduced_architectures_match_onnxruntime(name: str) -> None:
     model = REDUCED[name]()
@@ -148,6 +150,7 @@ def _tiny(channels: int = 3) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
+@pytest.mark.slow
 def test_batches_of_1_to_33_compile_at_most_once_per_bucket() -> None:
     model = _tiny()
     engine = _engine(convert(model), max_batch=32)
@@ -251,6 +254,7 @@ def test_a_batch_is_split_rather_than_padded_past_a_tenth_of_its_size() -> None:
     assert (engine.stats.computed_items, engine.stats.padded_items) == (42, 0)
 
 
+@pytest.mark.slow
 def test_the_compile_cache_setting_is_where_compiled_graphs_go(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A restarted worker finds them there (the speed-up is a benchmark figure: benchmarks/torch_engine_cpu.py)."""
     path = tmp_path / "tiny.onnx"
@@ -304,6 +308,7 @@ def test_auto_picks_compiled_torch_on_gpus_and_overrides_win(tmp_path: Path) -> 
     assert compile_mode(settings.model_copy(update={"torch_compile_mode": "eager"}), "cuda") == "eager"
 
 
+@pytest.mark.slow
 def test_an_enhancer_set_to_torch_loads_warm_and_restores_like_onnxruntime(tmp_path: Path) -> None:
     models = tmp_path / "models"
     path = install_replica(replicas.gfpgan_1_4(), "gfpgan_1.4", models)

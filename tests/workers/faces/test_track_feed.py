@@ -4,6 +4,7 @@ person chosen in reference mode stays chosen along a track, and a frame's faces 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from shared.options import FaceOptions
 from tests.support.faces import MODELS, clip_frames, detector, engine
@@ -11,6 +12,8 @@ from workers.faces.recognition import FaceEmbedder
 from workers.faces.selection import select_faces
 from workers.faces.targeting import FaceTargeter
 from workers.faces.track_feed import TrackFeed
+
+pytestmark = pytest.mark.slow  # both tests spend over 5 CPU-s
 
 
 def _embedder() -> FaceEmbedder:

@@ -63,6 +63,7 @@ def _render(models: Path, frames: np.ndarray, chunk: int, model: str = "wav2lip_
     return np.concatenate(out)
 
 
+@pytest.mark.slow
 def test_chunk_sizes_7_15_and_105_give_identical_mouths(models: Path, frames: np.ndarray) -> None:
     whole = _render(models, frames, 105)
     for chunk in (7, 15):
