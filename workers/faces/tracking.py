@@ -35,6 +35,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import numpy.typing as npt
 
+from workers.faces.association import box_iou, match_nearby, match_overlapping
 from workers.faces.detection import Face
 
 __all__ = ["MAX_SMOOTHING_RADIUS", "FaceTracker", "TrackedFrame", "box_iou", "context_frames", "smoothing_radius"]
@@ -43,13 +44,6 @@ FloatArray = npt.NDArray[np.float32]
 
 MAX_SMOOTHING_RADIUS = 3
 """Frames each side of the landmark smoothing window at strength 1."""
-
-MATCH_IOU = 0.2
-"""Least IoU (of the boxes widened by :data:`MATCH_WIDEN`) between a track's predicted box and a detection."""
-
-MATCH_WIDEN = 0.25
-"""Each side of a box widened by this fraction of its size before matching, so a small fast face (little or no
-overlap with its last box) still finds its track."""
 
 
 def smoothing_radius(smoothing: float) -> int:
@@ -61,26 +55,6 @@ def context_frames(max_gap: int, smoothing: float = 1.0) -> int:
     """The frames each side that a decision about one frame reads: a gap, its two ends and a smoothing window
     (none without smoothing: a job that reads only boxes, like ``face_blur``, reads 3 frames fewer each side)."""
     return max_gap + 1 + smoothing_radius(smoothing)
-
-
-def box_iou(a: FloatArray, b: FloatArray) -> FloatArray:
-    """IoU of every box of ``a`` [N, 4] with every box of ``b`` [M, 4] (``x1, y1, x2, y2``): [N, M]."""
-    a = np.asarray(a, np.float32).reshape(-1, 4)
-    b = np.asarray(b, np.float32).reshape(-1, 4)
-    x1 = np.maximum(a[:, None, 0], b[None, :, 0])
-    y1 = np.maximum(a[:, None, 1], b[None, :, 1])
-    x2 = np.minimum(a[:, None, 2], b[None, :, 2])
-    y2 = np.minimum(a[:, None, 3], b[None, :, 3])
-    inter = np.clip(x2 - x1, 0, None) * np.clip(y2 - y1, 0, None)
-    area_a = np.clip(a[:, 2] - a[:, 0], 0, None) * np.clip(a[:, 3] - a[:, 1], 0, None)
-    area_b = np.clip(b[:, 2] - b[:, 0], 0, None) * np.clip(b[:, 3] - b[:, 1], 0, None)
-    union = area_a[:, None] + area_b[None, :] - inter
-    return np.asarray(np.where(union > 0, inter / np.maximum(union, 1e-9), 0.0), np.float32)
-
-
-def _widen(boxes: FloatArray) -> FloatArray:
-    size = boxes[:, 2:] - boxes[:, :2]
-    return np.concatenate([boxes[:, :2] - size * MATCH_WIDEN, boxes[:, 2:] + size * MATCH_WIDEN], axis=1)
 
 
 @dataclass(frozen=True)
@@ -130,6 +104,10 @@ class FaceTracker:
             frames each side).
         keep_doubtful: hand back doubtful detections even outside a counted chain (an anonymiser's choice: a face
             the detector doubts is still hidden).
+        reach: where more than 0, a detection no track's predicted box overlaps joins the track whose predicted box
+            is nearest, within ``reach`` face sizes centre to centre and of a size within half to twice its own (an
+            anonymiser's choice: a small fast face moves further than its size between frames, and each frame would
+            otherwise start a new track, with no gap filled and no motion to look ahead with).
         coast: frames after a track's last detection that its box, carried on by its last motion, is still handed
             back (marked ``filled`` and ``lost``) where no later detection fills the gap, and frames before its first
             detection that its box, carried back, is handed back (``filled``): an anonymiser's choice, so a face
@@ -149,6 +127,7 @@ class FaceTracker:
         smoothing: float = 0.0,
         keep_doubtful: bool = False,
         coast: int = 0,
+        reach: float = 0.0,
     ) -> None:
         if not 0.0 < low <= high <= 1.0:
             raise ValueError(f"tracker thresholds must satisfy 0 < low ≤ high ≤ 1, got low={low}, high={high}")
@@ -158,6 +137,7 @@ class FaceTracker:
         self.radius = smoothing_radius(smoothing)
         self.keep_doubtful = keep_doubtful
         self.coast = max(0, min(coast, max_gap))
+        self.reach = max(0.0, reach)
         self._cuts: list[int] = []  # frames that start a new scene (:meth:`cut`)
         self.context = context_frames(max_gap, smoothing)
         self._tracks: list[_Track] = []
@@ -189,8 +169,12 @@ class FaceTracker:
         doubtful = [i for i, face in enumerate(candidates) if face.score < self.high]
         assigned: dict[int, _Track] = {}
         free = list(live)
-        for group in (confident, doubtful):
-            pairs = self._match(index, [candidates[i] for i in group], free)
+        stages = [(group, self._match) for group in (confident, doubtful)]
+        if self.reach:
+            stages.append((list(range(len(candidates))), self._near))
+        for group, match in stages:
+            group = [i for i in group if i not in assigned]
+            pairs = match(index, [candidates[i] for i in group], free)
             for det, track in pairs:
                 assigned[group[det]] = track
             matched = {id(track) for _, track in pairs}
@@ -210,26 +194,51 @@ class FaceTracker:
         self._detected[index] = placed
         return [replace(face, track=ident) for face, ident in placed]
 
+    def _near(self, index: int, faces: Sequence[Face], tracks: Sequence[_Track]) -> list[tuple[int, _Track]]:
+        if not faces or not tracks:
+            return []
+        predicted = np.stack([t.predict(index) for t in tracks])
+        pairs = match_nearby(np.stack([f.box for f in faces]), predicted, self.reach)
+        return [(det, tracks[trk]) for det, trk in pairs]
+
+    def newly_moving(self) -> list[tuple[int, int, FloatArray, FloatArray]]:
+        """The tracks whose second detection was in the frame just fed (so their motion is known now): each as its
+        id, its first detection's frame, that detection's box and its motion per frame."""
+        index = self._fed - 1
+        found = []
+        for track in self._tracks:
+            if len(track.frames) == 2 and track.last == index:
+                first = min(track.frames)
+                found.append((track.ident, first, track.frames[first].box, track.velocity.copy()))
+        return found
+
+    def observe_before(self, ident: int, index: int, face: Face) -> bool:
+        """Add a detection of track ``ident`` in an earlier frame not decided yet (found by looking back from the
+        track's first detections), as if the detector had found it there; ``False`` where that frame is decided
+        already, or in another scene than the track's."""
+        track = self._by_id.get(ident)
+        if track is None or index < self._done or index in track.frames:
+            return False
+        if self._scene_start(index) != self._scene_start(min(track.frames)):
+            return False
+        track.frames[index] = face
+        self._detected.setdefault(index, []).append((face, ident))
+        return True
+
+    def predicted(self) -> list[FloatArray]:
+        """Where the tracks that may still go on expect their faces in the next frame fed (their boxes carried on
+        by their motion), most recently seen first: the boxes an anonymiser looks at closely."""
+        index = self._fed
+        start = self._scene_start(index)
+        live = [t for t in self._tracks if t.frames and t.last >= start and index - t.last <= self.max_gap + 1]
+        live.sort(key=lambda t: -t.last)
+        return [t.predict(index) for t in live]
+
     def _match(self, index: int, faces: Sequence[Face], tracks: Sequence[_Track]) -> list[tuple[int, _Track]]:
         if not faces or not tracks:
             return []
-        predicted = _widen(np.stack([t.predict(index) for t in tracks]))
-        found = _widen(np.stack([f.box for f in faces]))
-        iou = box_iou(found, predicted)
-        pairs: list[tuple[int, _Track]] = []
-        used_faces: set[int] = set()
-        used_tracks: set[int] = set()
-        order = np.argsort(-iou, axis=None, kind="stable")
-        for flat in order:
-            det, trk = divmod(int(flat), len(tracks))
-            if iou[det, trk] < MATCH_IOU:
-                break
-            if det in used_faces or trk in used_tracks:
-                continue
-            used_faces.add(det)
-            used_tracks.add(trk)
-            pairs.append((det, tracks[trk]))
-        return pairs
+        predicted = np.stack([t.predict(index) for t in tracks])
+        return [(det, tracks[trk]) for det, trk in match_overlapping(np.stack([f.box for f in faces]), predicted)]
 
     # -- decisions ----------------------------------------------------------------------------------------------
 

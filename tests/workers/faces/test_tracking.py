@@ -3,6 +3,8 @@ landmarks smoothed, and decisions that read only a bounded window (what makes ch
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from workers.faces.detection import Face
@@ -146,3 +148,41 @@ def test_a_look_ahead_stopped_once_settled_decides_the_chunk_as_the_whole_look_a
     # with nothing to continue, a chunk reads no look-ahead at all
     still = [[_face(10, 10)] for _ in range(20)]
     assert _chunk_with_early_stop(FaceTracker(high=0.5, low=0.2, max_gap=3), still, 0, 10)[1] == 0
+
+
+def test_with_a_reach_a_small_fast_face_stays_one_track_and_its_missed_frames_are_filled() -> None:
+    # a 26-px face moving 64 px a frame (as on the 1080p anonymiser clips): no box overlaps its last one
+    frames = [[_face(1000 - 64 * t, 300, size=26)] for t in range(10)]
+    frames[4] = frames[5] = []  # missed twice
+    without = _run(FaceTracker(high=0.35, low=0.15, max_gap=4, keep_doubtful=True), frames)
+    assert len({face.track for f in without for face in f.faces}) == 8  # a new track every frame
+    assert without[4].faces == [] and without[5].faces == []
+    reached = _run(FaceTracker(high=0.35, low=0.15, max_gap=4, keep_doubtful=True, reach=3.0), frames)
+    assert len({face.track for f in reached for face in f.faces}) == 1
+    for t in (4, 5):
+        (face,) = reached[t].faces
+        assert face.filled and np.allclose(face.box, [1000 - 64 * t, 300, 1026 - 64 * t, 326], atol=1e-3)
+
+
+def test_a_reach_joins_no_face_of_another_size_or_beyond_it() -> None:
+    tracker = FaceTracker(high=0.35, low=0.15, max_gap=4, reach=3.0)
+    tracker.update([_face(1000, 300, size=26)])
+    (far,) = tracker.update([_face(1000 - 4 * 26, 300, size=26)])  # 4 sizes away
+    (large,) = tracker.update([_face(1000, 300, size=80)])  # three times the size, where the first one was
+    assert len({0, far.track, large.track}) == 3
+
+
+def test_a_face_found_before_a_tracks_first_detection_joins_it_where_that_frame_is_not_decided() -> None:
+    tracker = FaceTracker(high=0.35, low=0.15, max_gap=4, keep_doubtful=True, reach=3.0)
+    out: list[TrackedFrame] = []
+    for t in range(8):
+        tracker.update([_face(1000 - 64 * t, 300, size=26)] if t >= 5 else [])
+        if t == 6:  # its second detection: its motion is known
+            ((ident, first, box, velocity),) = tracker.newly_moving()
+            assert first == 5 and np.allclose(velocity, [-64, 0, -64, 0])
+            assert tracker.observe_before(ident, 1, replace(_face(1000 - 64, 300, size=26), track=ident))
+        out.extend(tracker.ready())
+    assert not tracker.observe_before(ident, 0, _face(1000, 300, size=26))  # frame 0 is decided: too late
+    out.extend(tracker.flush())
+    assert [len(f.faces) for f in out] == [0, 1, 1, 1, 1, 1, 1, 1]  # frame 1 found, 2-4 filled between 1 and 5
+    assert {face.track for f in out for face in f.faces} == {ident}
