@@ -25,7 +25,7 @@ from shared.lip_sync_options import LipSyncerModel as LipSyncerModel  # the choi
 from shared.lip_sync_options import LipSyncerOptions
 from shared.portrait_options import ExpressionArea as ExpressionArea  # the choices, re-exported
 from shared.portrait_options import ExpressionRestorerOptions, FaceEditorOptions
-from shared.strict_blur import MIN_FACE, STRICT_MARGIN
+from shared.strict_blur import MIN_FACE, SCAN_PERIOD, STRICT_MARGIN
 
 ProcessorName = Literal[
     "passthrough", "face_swapper", "face_enhancer", "face_blur", "face_debugger", "frame_enhancer", "lip_syncer",
@@ -180,6 +180,14 @@ class FaceOptions(BaseModel):
         le=256,
         description="face_blur strict: the smallest face (box height, px at the source resolution) detection is scaled "
         "for; smaller costs more detector calls per frame (the faces event counts them)",
+    )
+    blur_scan_period: int = Field(
+        SCAN_PERIOD,
+        ge=1,
+        le=8,
+        description="face_blur strict: the frames its extra detection passes (tiles, turned frames) are shared out "
+        "over; each frame still runs the whole-frame pass and looks closely where its tracks expect their faces. "
+        "Higher is faster; a face only those passes find waits up to this many frames to be found",
     )
     blur_uncertain: BlurUncertain = Field(
         "faces",

@@ -12,6 +12,13 @@ recall. Against a plain tracked job it:
   where that is more than the source), and the frame turned by ±:data:`TURN` degrees, tiled at the scale for faces
   of :data:`TURN_MIN_FACE_FACTOR` times that size; a second detector (``face.strict_second_detector``) runs on
   the same upright tiles;
+* looks closely, in every frame, where each track expects its face (the box carried on by its motion, enlarged so
+  the face is :data:`AROUND_FACE` px, upright and turned both ways, packed with the other tracks' as cells of one
+  mosaic the size of the detector's input), and, once a new track's motion is known, at the frames before its first
+  detection where that motion puts it; joins a detection no track's box overlaps to the nearest track within
+  :data:`STRICT_REACH` face sizes (a small fast face moves further than its size between frames);
+* may share its extra passes out over ``face.blur_scan_period`` frames (default :data:`SCAN_PERIOD`: all of them on
+  every frame);
 * cuts its tracks at scene cuts (consecutive frames whose small grey thumbnails correlate below
   :data:`CUT_CORRELATION`: no box moves or fills across a cut), and carries a track's box on by its last motion for
   up to ``face.track_gap`` frames after its last detection (a face leaving the frame, or lost, stays hidden);
@@ -28,12 +35,18 @@ detection at 0.5 misses it (``tests/integration/test_face_tracks.py``). The two 
 from __future__ import annotations
 
 __all__ = [
+    "AROUND_CELL",
+    "AROUND_FACE",
+    "AROUND_MOST",
+    "AROUND_SCORE",
     "CUT_CORRELATION",
     "MIN_FACE",
     "RELIABLE_FACE",
+    "SCAN_PERIOD",
     "STRICT_HIGH",
     "STRICT_LOW",
     "STRICT_MARGIN",
+    "STRICT_REACH",
     "TURN",
     "TURN_MIN_FACE_FACTOR",
     "ZOOM",
@@ -45,6 +58,11 @@ STRICT_HIGH = 0.35
 
 STRICT_LOW = 0.15
 """The highest score that continues a track in strict mode; every detection at or above it is hidden."""
+
+STRICT_REACH = 3.0
+"""A detection no track's box overlaps joins the nearest track expecting a face of about its size within this many
+face sizes (centre to centre): on the 1080p test clips a 27-px face moved 64 px a frame, and started a new track in
+every frame."""
 
 STRICT_MARGIN = 0.2
 """The default ``face.blur_margin``: each side of a box grows by this fraction of its size."""
@@ -65,6 +83,26 @@ at 32 (SCRFD-500M: 4, 10, 12, 13, 14); turned 35°, both found about half at 32 
 TURN_MIN_FACE_FACTOR = 2.0
 """The turned passes are tiled for faces this many times ``face.blur_min_face`` (each turned pass over a whole HD
 frame at the upright passes' scale would take 2–3 times their tiles)."""
+
+AROUND_FACE = 56
+"""The face height (px) a tracked face's neighbourhood is scaled to when it is looked at closely (the checks around
+the tracks' predicted boxes): well above :data:`RELIABLE_FACE`, with room in its cell for the face to have moved."""
+
+AROUND_CELL = 160
+"""The side (px) of one cell of the mosaic those checks are packed into (a 640-px input holds 16)."""
+
+AROUND_SCORE = 0.35
+"""The least score of a face found by looking closely (enlarged, a face scores high: 0.8 on the 1080p test clips'
+27-px faces); lower, what a close look finds on background texture would keep a lost track going by itself."""
+
+AROUND_MOST = 16
+"""The most tracks checked closely in one frame (three cells each: upright and turned both ways)."""
+
+SCAN_PERIOD = 1
+"""The default ``face.blur_scan_period``: the frames the extra passes (tiles, turned frames) are shared out over. At 2
+the benchmark clips (720p and 1080p, seeds 11 and 12) kept the same recall in 35 % less time, but a face at the frame's
+edge for two frames of a short clip went unseen (``tests/workers/processors/test_face_blur_recall.py``): an
+anonymiser's default is the one that misses least (2026-12-05)."""
 
 CUT_CORRELATION = 0.5
 """Consecutive frames whose 32×18 grey thumbnails (blurred, each normalised by its own mean and spread, so a frame

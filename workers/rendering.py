@@ -317,16 +317,16 @@ def _process(
 
     try:
         with ExitStack() as decoders:
-            for decoder in (reader, lookbehind):
-                if decoder is not None:
-                    decoders.enter_context(decoder)
+            for decoder in (d for d in (reader, lookbehind) if d is not None):
+                decoders.enter_context(decoder)
             behind_frames, own = split_frames(reader, behind) if lookbehind is None else (lookbehind, reader)
             chunk, before = (
                 (own, behind_frames)
                 if planes is None
                 else (planes.frames(own, taken=frames), planes.frames(behind_frames, keep=False))
             )
-            work = feed.work(before if behind else (), chunk, frames) if feed is not None else chunk
+            origin = claim.frame_start - behind  # the video's number of the first frame the feed detects
+            work = feed.work(before if behind else (), chunk, frames, origin=origin) if feed else chunk
             stages = stages_of(processors, planes, detector)
             run_stages(work, [*decoded_kept(processors), *stages], sink)
         writer.close()

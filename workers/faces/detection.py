@@ -192,7 +192,14 @@ class FaceDetector:
             size = height[0]
         return cls(engine, options.detector, size=options.detector_size, score=options.detector_score, input_size=size)
 
-    def detect_frame(self, frame: Frame, score: float | None = None, *, whole_pass: bool = True) -> list[Face]:
+    def detect_frame(
+        self,
+        frame: Frame,
+        score: float | None = None,
+        *,
+        whole_pass: bool = True,
+        tiles: Sequence[bool] | None = None,
+    ) -> list[Face]:
         """The faces in one BGR frame, highest score first, at or above ``score`` (default: the detector's).
 
         The frame is seen at the scale that fits it into a :attr:`view`-sided square (never enlarged). Where that
@@ -200,18 +207,23 @@ class FaceDetector:
         :data:`TILE_OVERLAP` of a tile, each detected on its own, plus one pass over the whole frame for faces
         larger than the overlap; a tile's faces that touch its inner edges are left to the tile (or the whole
         pass) that holds them entire, and the rest is merged by NMS. ``whole_pass=False`` leaves out the pass over
-        the whole frame (for a caller that has run it already).
+        the whole frame (for a caller that has run it already); ``tiles`` (one flag per run of :meth:`tile_runs`, in
+        order) runs only the tiles flagged.
         """
         threshold = self.score if score is None else score
         height, width = frame.shape[:2]
         scale = min(self.view / height, self.view / width, 1.0)
         scaled_w, scaled_h = max(1, round(width * scale)), max(1, round(height * scale))
         if scaled_w <= self.size and scaled_h <= self.size:
+            if tiles is not None and not tiles[0]:
+                return []
             found, found_scale = self._run(_fit(frame, scaled_w, scaled_h), threshold), scale
             return _faces(found, found_scale)
         scaled = _fit(frame, scaled_w, scaled_h)
         parts = [self._whole(frame, threshold, scale)] if whole_pass else []
-        for x0, y0 in _tiles(scaled_w, scaled_h, self.size):
+        for number, (x0, y0) in enumerate(_tiles(scaled_w, scaled_h, self.size)):
+            if tiles is not None and not tiles[number]:
+                continue
             tile = self._run(scaled[y0 : y0 + self.size, x0 : x0 + self.size], threshold)
             inner = _inside(tile.boxes, x0, y0, self.size, scaled_w, scaled_h)
             offset = np.asarray([x0, y0], np.float32)
@@ -230,11 +242,25 @@ class FaceDetector:
         )
         return _faces(merged, 1.0)
 
+    def tile_runs(self, height: int, width: int) -> int:
+        """The model runs :meth:`detect_frame` makes on a ``height``×``width`` frame besides its whole pass: its
+        tiles, or 1 where the frame fits the input whole."""
+        scale = min(self.view / height, self.view / width, 1.0)
+        scaled_w, scaled_h = max(1, round(width * scale)), max(1, round(height * scale))
+        if scaled_w <= self.size and scaled_h <= self.size:
+            return 1
+        return len(_tiles(scaled_w, scaled_h, self.size))
+
     def _whole(self, frame: Frame, threshold: float, scale: float) -> Detections:
         """The whole frame shrunk into the model's input: its faces in frame coordinates."""
         canvas, whole_scale = letterbox(frame, self.size)
         found = self._run(canvas, threshold)
         return Detections(found.boxes / whole_scale, found.scores, found.landmarks / whole_scale)
+
+    def run_picture(self, picture: Frame, threshold: float) -> Detections:
+        """Detections in ``picture`` (at most the model's input size; zero-padded bottom/right), in its coordinates:
+        one model run."""
+        return self._run(picture, threshold)
 
     def _run(self, picture: Frame, threshold: float) -> Detections:
         """Detections in ``picture`` (at most the input size; zero-padded bottom/right), in its coordinates."""

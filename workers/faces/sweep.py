@@ -20,14 +20,28 @@ counts the model runs, every pass and tile included.
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import cv2
 import numpy as np
 import numpy.typing as npt
 
-from shared.strict_blur import MIN_FACE, RELIABLE_FACE, TURN, TURN_MIN_FACE_FACTOR, ZOOM, ZOOM_UP_TO
+from shared.strict_blur import (
+    AROUND_CELL,
+    AROUND_FACE,
+    AROUND_MOST,
+    AROUND_SCORE,
+    MIN_FACE,
+    RELIABLE_FACE,
+    TURN,
+    TURN_MIN_FACE_FACTOR,
+    ZOOM,
+    ZOOM_UP_TO,
+)
+from workers.faces.association import box_iou
 from workers.faces.detection import TILE_OVERLAP, Face, FaceDetector, suppress_faces
 
 __all__ = ["TURN", "ZOOM", "ZOOM_UP_TO", "DetectionSweep"]  # the numbers live in shared.strict_blur
@@ -48,6 +62,10 @@ class DetectionSweep:
         others: more detectors (``face.strict_second_detector``), each run on the whole frame and on the upright
             tiles: what they find is added to what the job's detector finds, whatever the models' scores disagree on.
         min_face: the smallest face to find (box height, px at the source resolution: ``face.blur_min_face``).
+        period: the extra passes (tiles and turned frames) are shared out over this many consecutive frames, each
+            frame running every ``period``-th of their model runs (``face.blur_scan_period``; 1: all of them on every
+            frame). The whole-frame passes and the checks around the tracks' faces (:meth:`detect_frame`'s
+            ``around``) run on every frame.
     """
 
     def __init__(
@@ -57,28 +75,63 @@ class DetectionSweep:
         turns: Sequence[float] = (TURN, -TURN),
         others: Sequence[FaceDetector] = (),
         min_face: float = MIN_FACE,
+        period: int = 1,
     ) -> None:
         self.detector = detector
         self.turns = tuple(turns)
         self.others = tuple(others)
         self.min_face = float(min_face)
+        self.period = max(1, int(period))
         self.calls = 0  # model runs, every detector, pass and tile
+        self._due: Iterator[bool] = iter(())  # the current frame's schedule of extra runs (:meth:`_take`)
 
-    def detect(self, frames: npt.NDArray[np.uint8] | Sequence[Frame], score: float | None = None) -> list[list[Face]]:
-        """The faces of each frame, one list per frame, in order."""
-        return [self.detect_frame(frame, score) for frame in frames]
+    def detect(
+        self, frames: npt.NDArray[np.uint8] | Sequence[Frame], score: float | None = None, *, first: int = 0
+    ) -> list[list[Face]]:
+        """The faces of each frame, one list per frame, in order (``first``: the first frame's number in the video,
+        which sets the schedule's phase)."""
+        return [self.detect_frame(frame, score, number=first + i) for i, frame in enumerate(frames)]
 
-    def detect_frame(self, frame: Frame, score: float | None = None) -> list[Face]:
-        """The faces of one frame found by any pass, merged (highest score first)."""
+    def detect_frame(
+        self,
+        frame: Frame,
+        score: float | None = None,
+        *,
+        number: int = 0,
+        around: Sequence[npt.NDArray[np.float32]] = (),
+    ) -> list[Face]:
+        """The faces of one frame found by any pass, merged (highest score first).
+
+        Args:
+            frame: BGR.
+            score: the least score kept (default: the detector's).
+            number: the frame's number in the video: with a ``period``, it picks the share of the extra passes'
+                runs this frame makes (so where a chunk starts does not move the schedule).
+            around: boxes where faces are expected (the tracks' predicted boxes): each is looked at closely, upright
+                and turned both ways (:meth:`look_around`), so a tracked face the passes miss in this frame is found.
+        """
         threshold = self.detector.score if score is None else score
         scale = RELIABLE_FACE / self.min_face
+        phase = number % self.period
+        self._due = (i % self.period == phase for i in itertools.count())
         found: list[Face] = []
         for model in (self.detector, *self.others):
             found += self._run(model, lambda m: m.detect_frame(frame, threshold))
-            found += self._tiled(model, frame, scale, threshold)
+            found += self._tiled(model, frame.shape, lambda: frame, scale, threshold)
         for angle in self.turns:
             found += self._turned(frame, angle, scale / TURN_MIN_FACE_FACTOR, threshold)
-        return suppress_faces(found, threshold)
+        found = suppress_faces(found, threshold)
+        # a close look adds the faces the passes missed; where they found one, theirs stands (two boxes of one face
+        # that overlap too little for NMS would widen what is hidden)
+        taken = np.stack([f.box for f in found]) if found else np.zeros((0, 4), np.float32)
+        for face in self.look_around(frame, around, max(threshold, AROUND_SCORE)):
+            if not len(taken) or float(box_iou(face.box[None], taken).max()) < AROUND_NEW_IOU:
+                found.append(face)
+        return sorted(found, key=lambda face: -face.score)
+
+    def _take(self, runs: int) -> list[bool]:
+        """Which of the next ``runs`` extra model runs this frame makes."""
+        return [next(self._due) for _ in range(runs)]
 
     def _run(self, model: FaceDetector, call: Callable[[FaceDetector], list[Face]]) -> list[Face]:
         before = model.runs
@@ -86,28 +139,38 @@ class DetectionSweep:
         self.calls += model.runs - before
         return faces
 
-    def _tiled(self, model: FaceDetector, frame: Frame, scale: float, threshold: float) -> list[Face]:
-        """The faces found in tiles of the frame seen at ``scale`` (detector px per source px); none where the
-        whole-frame pass sees the frame at that scale or finer already."""
-        height, width = frame.shape[:2]
+    def _tiled(
+        self,
+        model: FaceDetector,
+        shape: tuple[int, ...],
+        picture_of: Callable[[], Frame],
+        scale: float,
+        threshold: float,
+    ) -> list[Face]:
+        """The faces found in tiles of a ``shape`` frame (built by ``picture_of`` only where a tile of it is due)
+        seen at ``scale`` (detector px per source px); none where the whole-frame pass sees the frame at that scale
+        or finer already."""
+        height, width = shape[:2]
         longer = max(height, width)
         if scale <= min(model.view / longer, 1.0) + 1e-6:
             return []
-        factor = 1.0
-        picture = frame
-        if scale > 1.0:
-            factor = scale
-            size = (max(1, round(width * factor)), max(1, round(height * factor)))
-            picture = np.asarray(cv2.resize(frame, size, interpolation=cv2.INTER_CUBIC), np.uint8)
-        per_pixel = min(scale / factor, 1.0)  # tile pixels per pixel of ``picture``
-        view = _round32(max(picture.shape[:2]) * per_pixel)
+        factor = max(scale, 1.0)
+        size = (max(1, round(width * factor)), max(1, round(height * factor)))
+        per_pixel = min(scale / factor, 1.0)  # tile pixels per pixel of the enlarged picture
+        view = _round32(max(size) * per_pixel)
         tiled = FaceDetector(model.engine, model.detector, size=view, score=threshold, input_size=model.size)
+        due = self._take(tiled.tile_runs(size[1], size[0]))
+        if not any(due):
+            return []
+        picture = picture_of()
+        if factor > 1.0:
+            picture = np.asarray(cv2.resize(picture, size, interpolation=cv2.INTER_CUBIC), np.uint8)
         # the whole pass ran already, and finds the faces larger than the tiles' overlap: a box that large in a
         # tile is the tiles' false alarm (measured: a 422-px box on a plate at score 0.17)
         largest = TILE_OVERLAP * model.size / per_pixel  # in pixels of ``picture``
         faces = [
             face
-            for face in tiled.detect_frame(picture, threshold, whole_pass=False)
+            for face in tiled.detect_frame(picture, threshold, whole_pass=False, tiles=due)
             if float(face.box[3] - face.box[1]) <= largest and float(face.box[2] - face.box[0]) <= largest
         ]
         self.calls += tiled.runs
@@ -130,16 +193,80 @@ class DetectionSweep:
         out_w, out_h = int(height * sin + width * cos), int(height * cos + width * sin)
         matrix[0, 2] += out_w / 2 - width / 2
         matrix[1, 2] += out_h / 2 - height / 2
-        turned = np.asarray(cv2.warpAffine(frame, matrix, (out_w, out_h)), np.uint8)
+        turned: list[Frame] = []
+
+        def picture() -> Frame:  # warped once, and only where one of its runs is due
+            if not turned:
+                turned.append(np.asarray(cv2.warpAffine(frame, matrix, (out_w, out_h)), np.uint8))
+            return turned[0]
+
+        (whole,) = self._take(1)
+        found = self._run(self.detector, lambda m: m.detect_frame(picture(), threshold)) if whole else []
+        found += self._tiled(self.detector, (out_h, out_w), picture, scale, threshold)
         back = cv2.invertAffineTransform(matrix)
-        found = self._run(self.detector, lambda m: m.detect_frame(turned, threshold))
-        found += self._tiled(self.detector, turned, scale, threshold)
-        faces = []
-        for face in found:
-            centre = (face.box[:2] + face.box[2:]) / 2
-            size = face.box[2:] - face.box[:2]
-            centre_back = back[:, :2] @ centre + back[:, 2]
-            points = face.landmarks @ back[:, :2].T + back[:, 2]
-            box = np.concatenate([centre_back - size / 2, centre_back + size / 2]).astype(np.float32)
-            faces.append(Face(box=box, landmarks=points.astype(np.float32), score=face.score))
-        return faces
+        return [_mapped(face, back) for face in found]
+
+    def look_around(self, frame: Frame, boxes: Sequence[npt.NDArray[np.float32]], threshold: float) -> list[Face]:
+        """The faces found close around ``boxes``: each box's neighbourhood, enlarged (or shrunk) so its face is
+        :data:`~shared.strict_blur.AROUND_FACE` px and turned 0 and ±:data:`TURN` degrees, is one cell of a mosaic
+        the size of the model's input, so one model run looks at several boxes (a 640-px input holds 16 cells of
+        160 px: five boxes, three turns each)."""
+        if not boxes:
+            return []
+        size = self.detector.size
+        per_row = max(1, size // AROUND_CELL)
+        per_canvas = per_row * per_row
+        cells: list[tuple[npt.NDArray[Any], Frame]] = []
+        for box in boxes[:AROUND_MOST]:
+            side = float(max(box[2] - box[0], box[3] - box[1]))
+            if not np.isfinite(side) or side < 4.0:
+                continue
+            centre = ((box[0] + box[2]) / 2.0, (box[1] + box[3]) / 2.0)
+            zoom = AROUND_FACE / side
+            for angle in (0.0, *self.turns):
+                matrix = cv2.getRotationMatrix2D((float(centre[0]), float(centre[1])), angle, zoom)
+                matrix[0, 2] += AROUND_CELL / 2 - centre[0]
+                matrix[1, 2] += AROUND_CELL / 2 - centre[1]
+                cell = np.asarray(cv2.warpAffine(frame, matrix, (AROUND_CELL, AROUND_CELL)), np.uint8)
+                cells.append((matrix, cell))
+        found: list[Face] = []
+        for first in range(0, len(cells), per_canvas):
+            group = cells[first : first + per_canvas]
+            canvas = np.zeros((size, size, 3), np.uint8)
+            for k, (_, cell) in enumerate(group):
+                y, x = divmod(k, per_row)
+                canvas[y * AROUND_CELL : (y + 1) * AROUND_CELL, x * AROUND_CELL : (x + 1) * AROUND_CELL] = cell
+            before = self.detector.runs
+            detections = self.detector.run_picture(canvas, threshold)
+            self.calls += self.detector.runs - before
+            for box, points, score in zip(detections.boxes, detections.landmarks, detections.scores, strict=True):
+                centre = (box[:2] + box[2:]) / 2
+                y, x = (int(v) for v in centre[::-1] // AROUND_CELL)
+                k = y * per_row + x
+                origin = np.asarray([x, y], np.float32) * AROUND_CELL
+                inner = np.concatenate([box[:2] - origin, box[2:] - origin])
+                if k >= len(group) or inner.min() < _EDGE or inner.max() > AROUND_CELL - _EDGE:
+                    continue  # outside the cells, or cut by a cell's edge: not a whole face of this cell
+                matrix = group[k][0]
+                face = Face(
+                    box=inner.astype(np.float32),
+                    landmarks=(points - origin).astype(np.float32),
+                    score=float(score),
+                )
+                found.append(_mapped(face, cv2.invertAffineTransform(matrix)))
+        return found
+
+
+_EDGE = 2.0  # px: a box this close to a mosaic cell's edge is cut by it
+AROUND_NEW_IOU = 0.1  # a close look's face overlapping a face the passes found by less than this is another face
+
+
+def _mapped(face: Face, back: npt.NDArray[Any]) -> Face:
+    """A face found in a warped picture, in the frame: its landmarks mapped back exactly, and an upright box of the
+    same shape (scaled as the warp scaled it) around its centre mapped back."""
+    centre = (face.box[:2] + face.box[2:]) / 2
+    size = (face.box[2:] - face.box[:2]) * float(np.sqrt(abs(np.linalg.det(back[:, :2]))))
+    centre_back = back[:, :2] @ centre + back[:, 2]
+    points = face.landmarks @ back[:, :2].T + back[:, 2]
+    box = np.concatenate([centre_back - size / 2, centre_back + size / 2]).astype(np.float32)
+    return Face(box=box, landmarks=points.astype(np.float32), score=face.score)

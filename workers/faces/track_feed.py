@@ -24,14 +24,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import cv2
 import numpy as np
 import numpy.typing as npt
 
 from shared.options import FaceOptions, JobOptions
-from shared.strict_blur import CUT_CORRELATION, STRICT_HIGH, STRICT_LOW
+from shared.strict_blur import AROUND_SCORE, CUT_CORRELATION, STRICT_HIGH, STRICT_LOW, STRICT_REACH
 from workers.faces.detection import Face, FaceDetector
 from workers.faces.selection import cosine_distance, select_faces
 from workers.faces.sweep import DetectionSweep
@@ -143,7 +143,9 @@ class TrackFeed:
         self.on_device = None if strict else on_device
         others = [second] if second is not None else []
         self.finder: FaceDetector | DetectionSweep = (
-            DetectionSweep(detector, others=others, min_face=options.blur_min_face) if strict else detector
+            DetectionSweep(detector, others=others, min_face=options.blur_min_face, period=options.blur_scan_period)
+            if strict
+            else detector
         )
         self.limits = thresholds(options, strict=strict)
         self.options = options
@@ -160,13 +162,17 @@ class TrackFeed:
         self._distances: dict[int, list[float]] = {}
         self._chosen: dict[int, bool] = {}
 
-    def work(self, behind: Iterable[FrameBatch], batches: Iterable[FrameBatch], frames: int) -> Iterator[Work]:
+    def work(
+        self, behind: Iterable[FrameBatch], batches: Iterable[FrameBatch], frames: int, *, origin: int = 0
+    ) -> Iterator[Work]:
         """The chunk's ``frames`` frames as work items, in order.
 
         Args:
             behind: the look-behind: decoded frames before the chunk (context only; may be empty).
             batches: the chunk's frames, then any look-ahead frames (context only).
             frames: how many frames of ``batches`` the chunk outputs.
+            origin: the number in the video of the first frame fed (the look-behind's first, else the chunk's): strict
+                mode's scan schedule follows it, so where a chunk starts does not move the schedule.
         """
         tracker = FaceTracker(
             high=self.limits.high,
@@ -175,8 +181,9 @@ class TrackFeed:
             smoothing=self.smoothing,
             keep_doubtful=self.limits.keep_doubtful,
             coast=self.options.track_gap if self.strict else 0,
+            reach=STRICT_REACH if self.strict else 0.0,
         )
-        previous: npt.NDArray[np.float32] | None = None
+        self._previous: npt.NDArray[np.float32] | None = None
         waiting: dict[int, np.ndarray] = {}
         pending: list[tuple[np.ndarray, TrackedFrame]] = []
         first = 0  # the tracker's index of the chunk's first frame
@@ -196,16 +203,12 @@ class TrackFeed:
                         break
                     part = batch[start:stop]
                     self.detected_frames += len(part)
-                    for frame, faces in zip(part, self._detect(part, self._on_device(batch, start, stop)), strict=True):
+                    for frame, faces in self._faces(part, batch, start, stop, tracker, origin + fed):
                         if role == "chunk" and fed - first < frames:
                             waiting[fed] = frame
-                        if self.strict:
-                            current = thumbnail(frame)
-                            if is_cut(previous, current):
-                                tracker.cut()
-                                self.cuts += 1
-                            previous = current
                         self._note(tracker.update(faces))
+                        if self.strict:
+                            self._look_back(tracker, waiting)
                         fed += 1
                         pending.extend((waiting.pop(t.index), t) for t in tracker.ready() if t.index in waiting)
                         while len(pending) >= self.batch_size:
@@ -218,6 +221,46 @@ class TrackFeed:
         for start in range(0, len(pending), self.batch_size):
             yield self._item(pending[start : start + self.batch_size], first)
 
+    def _faces(
+        self, part: FrameBatch, batch: FrameBatch, start: int, stop: int, tracker: FaceTracker, number: int
+    ) -> Iterator[tuple[np.ndarray, list[Face]]]:
+        """Each frame of ``part`` (``batch[start:stop]``) with its faces, frame by frame as the tracker goes in strict
+        mode: a scene cut is told to the tracker first, and the sweep looks closely where the tracks expect their
+        faces (``number``: the video's number of the part's first frame)."""
+        if not self.strict:
+            yield from zip(part, self._detect(part, self._on_device(batch, start, stop)), strict=True)
+            return
+        assert isinstance(self.finder, DetectionSweep)
+        for offset, frame in enumerate(part):
+            current = thumbnail(frame)
+            if is_cut(self._previous, current):
+                tracker.cut()
+                self.cuts += 1
+            self._previous = current
+            found = self.finder.detect_frame(frame, self.limits.low, number=number + offset, around=tracker.predicted())
+            yield frame, self._embedded(part[offset : offset + 1], [found])[0]
+
+    def _look_back(self, tracker: FaceTracker, held: dict[int, np.ndarray]) -> None:
+        """Strict mode: for each track whose motion just became known, look closely at the frames before its first
+        detection (those still held, up to ``track_gap`` of them) where that motion puts its face, and add what is
+        found there to the track; stop at the first frame where nothing is."""
+        assert isinstance(self.finder, DetectionSweep)
+        for ident, first, box, velocity in tracker.newly_moving():
+            anchor = box
+            for back in range(1, self.options.track_gap + 1):
+                frame = held.get(first - back)
+                if frame is None:
+                    break
+                expected = np.asarray(anchor - velocity, np.float32)
+                found = self.finder.look_around(frame, [expected], max(self.limits.low, AROUND_SCORE))
+                if not found:
+                    break
+                centre = (expected[:2] + expected[2:]) / 2
+                nearest = min(found, key=lambda f: float(np.linalg.norm((f.box[:2] + f.box[2:]) / 2 - centre)))
+                if not tracker.observe_before(ident, first - back, replace(nearest, track=ident)):
+                    break
+                anchor = nearest.box
+
     def _on_device(self, batch: FrameBatch, start: int, stop: int) -> list[list[Face]] | None:
         """The faces of ``batch[start:stop]`` found where its frames already are, or ``None``. Asked per part, so
         that nothing here holds a batch's device frames while the work waits (a look-behind's are let go)."""
@@ -228,6 +271,10 @@ class TrackFeed:
         """The faces of ``batch`` (``found`` already, or found here on its frames), with their embeddings in
         reference mode."""
         detected = found if found is not None else self.finder.detect(batch, score=self.limits.low)
+        return self._embedded(batch, detected)
+
+    def _embedded(self, batch: FrameBatch, detected: list[list[Face]]) -> list[list[Face]]:
+        """``detected`` with their embeddings in reference mode (as found elsewhere)."""
         if self.targeter is not None and self.targeter.mode == "reference":
             assert self.targeter.embedder is not None
             detected = self.targeter.embedder.embed_frames(batch, detected)
