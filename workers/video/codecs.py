@@ -128,6 +128,14 @@ def _try(args: list[str]) -> str | None:
     return re.sub(r"^\[[^\]]*@ 0x[0-9a-f]+\] ", "", lines[0]) if lines else f"exit {done.returncode}"
 
 
+def _without_device(encoder: str) -> str | None:
+    """Why ``encoder`` cannot work here without running ffmpeg (a VA-API encoder on a machine without the render node
+    it opens), or ``None``: then only a probe tells."""
+    if encoder.endswith("_vaapi") and not Path(VAAPI_DEVICE).exists():
+        return f"no VA-API device ({VAAPI_DEVICE} is missing)"
+    return None
+
+
 def probe() -> CodecSupport:
     """Run the probes (in parallel: each is a short ffmpeg process) and return what works here."""
     try:
@@ -138,7 +146,9 @@ def probe() -> CodecSupport:
     with tempfile.TemporaryDirectory(prefix="swapfarm-codecs-") as tmp, ThreadPoolExecutor(4) as pool:
         sample = Path(tmp) / "sample.mp4"
         made = pool.submit(_try, sample_args(sample))
-        results = dict(zip(listed, pool.map(_try, [encode_probe_args(name) for name in listed]), strict=True))
+        runnable = [name for name in listed if _without_device(name) is None]
+        results = {name: _without_device(name) for name in listed}
+        results.update(zip(runnable, pool.map(_try, [encode_probe_args(name) for name in runnable]), strict=True))
         sample_error = made.result()
         decode_error = _try(decode_probe_args(sample)) if sample_error is None else f"no sample: {sample_error}"
     working = tuple(name for name, error in results.items() if error is None)

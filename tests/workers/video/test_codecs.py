@@ -63,6 +63,10 @@ def test_this_machine_lists_nvenc_but_the_probe_finds_no_hardware_encoder_or_dec
     assert support.listed == tuple(codecs.listed_encoders(listed.stdout))
     assert support.working == (), "no GPU or VA-API device on this machine"
     assert set(support.failed) == set(support.listed)
+    # a VA-API encoder is not even tried without the render node it opens (ffmpeg would only fail to open it)
+    vaapi = [name for name in support.listed if name.endswith("_vaapi")]
+    missing = f"no VA-API device ({codecs.VAAPI_DEVICE} is missing)"
+    assert vaapi and all(support.failed[name] == missing for name in vaapi)
     assert support.hwaccel is None and "software decoder" in support.decode_reason
     assert support.works("libx264") and not support.works("h264_nvenc")
 
