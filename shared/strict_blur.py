@@ -17,8 +17,8 @@ recall. Against a plain tracked job it:
   mosaic the size of the detector's input), and, once a new track's motion is known, at the frames before its first
   detection where that motion puts it; joins a detection no track's box overlaps to the nearest track within
   :data:`STRICT_REACH` face sizes (a small fast face moves further than its size between frames);
-* may share its extra passes out over ``face.blur_scan_period`` frames (default :data:`SCAN_PERIOD`: all of them on
-  every frame);
+* shares its extra passes out over ``face.blur_scan_period`` frames (default :data:`SCAN_PERIOD`), except on a frame
+  that starts a scene, which runs them all;
 * cuts its tracks at scene cuts (consecutive frames whose small grey thumbnails correlate below
   :data:`CUT_CORRELATION`: no box moves or fills across a cut), and carries a track's box on by its last motion for
   up to ``face.track_gap`` frames after its last detection (a face leaving the frame, or lost, stays hidden);
@@ -98,11 +98,10 @@ AROUND_SCORE = 0.35
 AROUND_MOST = 16
 """The most tracks checked closely in one frame (three cells each: upright and turned both ways)."""
 
-SCAN_PERIOD = 1
-"""The default ``face.blur_scan_period``: the frames the extra passes (tiles, turned frames) are shared out over. At 2
-the benchmark clips (720p and 1080p, seeds 11 and 12) kept the same recall in 35 % less time, but a face at the frame's
-edge for two frames of a short clip went unseen (``tests/workers/processors/test_face_blur_recall.py``): an
-anonymiser's default is the one that misses least (2026-12-05)."""
+SCAN_PERIOD = 2
+"""The default ``face.blur_scan_period``: the frames the extra passes (tiles, turned frames) are shared out over (a
+frame that starts a scene, the video's first or a cut, runs them all). On the benchmark clips (720p and 1080p, seeds
+11 and 12, 904 face-frames) 2 hid 99.56 %, as 1 did, in 0.65–0.75 of the time a frame (2026-12-05)."""
 
 CUT_CORRELATION = 0.5
 """Consecutive frames whose 32×18 grey thumbnails (blurred, each normalised by its own mean and spread, so a frame

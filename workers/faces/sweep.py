@@ -99,6 +99,7 @@ class DetectionSweep:
         *,
         number: int = 0,
         around: Sequence[npt.NDArray[np.float32]] = (),
+        every_pass: bool = False,
     ) -> list[Face]:
         """The faces of one frame found by any pass, merged (highest score first).
 
@@ -109,11 +110,13 @@ class DetectionSweep:
                 runs this frame makes (so where a chunk starts does not move the schedule).
             around: boxes where faces are expected (the tracks' predicted boxes): each is looked at closely, upright
                 and turned both ways (:meth:`look_around`), so a tracked face the passes miss in this frame is found.
+            every_pass: run every extra pass whatever the period (a frame that starts a scene: no track is there
+                yet to look closely at, and a face shown only briefly would otherwise wait for its share).
         """
         threshold = self.detector.score if score is None else score
         scale = RELIABLE_FACE / self.min_face
         phase = number % self.period
-        self._due = (i % self.period == phase for i in itertools.count())
+        self._due = itertools.repeat(True) if every_pass else (i % self.period == phase for i in itertools.count())
         found: list[Face] = []
         for model in (self.detector, *self.others):
             found += self._run(model, lambda m: m.detect_frame(frame, threshold))
@@ -124,7 +127,8 @@ class DetectionSweep:
         # a close look adds the faces the passes missed; where they found one, theirs stands (two boxes of one face
         # that overlap too little for NMS would widen what is hidden)
         taken = np.stack([f.box for f in found]) if found else np.zeros((0, 4), np.float32)
-        for face in self.look_around(frame, around, max(threshold, AROUND_SCORE)):
+        close = max(threshold, AROUND_SCORE)
+        for face in suppress_faces(self.look_around(frame, around, close), close):
             if not len(taken) or float(box_iou(face.box[None], taken).max()) < AROUND_NEW_IOU:
                 found.append(face)
         return sorted(found, key=lambda face: -face.score)

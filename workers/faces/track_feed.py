@@ -233,11 +233,18 @@ class TrackFeed:
         assert isinstance(self.finder, DetectionSweep)
         for offset, frame in enumerate(part):
             current = thumbnail(frame)
-            if is_cut(self._previous, current):
+            cut = is_cut(self._previous, current)
+            if cut:
                 tracker.cut()
                 self.cuts += 1
             self._previous = current
-            found = self.finder.detect_frame(frame, self.limits.low, number=number + offset, around=tracker.predicted())
+            found = self.finder.detect_frame(
+                frame,
+                self.limits.low,
+                number=number + offset,
+                around=tracker.predicted(),
+                every_pass=cut or number + offset == 0,  # a scene starts: the video's first frame, or a cut
+            )
             yield frame, self._embedded(part[offset : offset + 1], [found])[0]
 
     def _look_back(self, tracker: FaceTracker, held: dict[int, np.ndarray]) -> None:
