@@ -33,6 +33,7 @@ from shared.strict_blur import (
     AROUND_CELL,
     AROUND_FACE,
     AROUND_MOST,
+    AROUND_NEW_IOU,
     AROUND_SCORE,
     MIN_FACE,
     RELIABLE_FACE,
@@ -262,7 +263,6 @@ class DetectionSweep:
 
 
 _EDGE = 2.0  # px: a box this close to a mosaic cell's edge is cut by it
-AROUND_NEW_IOU = 0.1  # a close look's face overlapping a face the passes found by less than this is another face
 
 
 def _mapped(face: Face, back: npt.NDArray[Any]) -> Face:
