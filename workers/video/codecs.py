@@ -3,7 +3,9 @@
 ffmpeg lists the encoders it was built with, not the ones the machine can drive: a build with NVENC lists
 ``h264_nvenc`` on a host without an NVIDIA driver, and an H100/H200 has NVDEC but no NVENC at all. So at worker
 start each candidate encoder that ffmpeg lists encodes one frame (:func:`encode_probe_args`), and ``-hwaccel cuda``
-decodes one (:func:`decode_probe_args`); what succeeds is what the worker uses (:class:`CodecSupport`).
+decodes one (:func:`decode_probe_args`); what succeeds is what the worker uses (:class:`CodecSupport`). A probe that
+needs a device node the machine lacks (``/dev/dri/renderD128`` for VA-API, an NVIDIA one for NVENC and CUDA) is
+not run: it fails, with that as its reason.
 
 A job that asks for a hardware encoder this worker cannot drive is encoded by the software encoder of the same
 codec (``h264_nvenc`` → ``libx264``, ``hevc_nvenc`` → ``libx265``) and told so: a ``warning`` event
@@ -14,6 +16,7 @@ The command lines are pure functions, tested without running ffmpeg.
 
 from __future__ import annotations
 
+import glob
 import logging
 import re
 import subprocess
@@ -44,6 +47,8 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 VAAPI_DEVICE = "/dev/dri/renderD128"
+NVIDIA_DEVICES = ("/dev/nvidia[0-9]*", "/dev/dxg")
+"""The device nodes NVENC and ``-hwaccel cuda`` reach the GPU through: the driver's, or WSL's GPU bridge."""
 HWACCEL = "cuda"
 _BASE = [FFMPEG, "-hide_banner", "-nostdin", "-loglevel", "error", "-y"]
 # One small frame from ffmpeg's own generator: nothing of a user's reaches a probe. NVENC wants at least 145x49.
@@ -128,11 +133,13 @@ def _try(args: list[str]) -> str | None:
     return re.sub(r"^\[[^\]]*@ 0x[0-9a-f]+\] ", "", lines[0]) if lines else f"exit {done.returncode}"
 
 
-def _without_device(encoder: str) -> str | None:
-    """Why ``encoder`` cannot work here without running ffmpeg (a VA-API encoder on a machine without the render node
-    it opens), or ``None``: then only a probe tells."""
-    if encoder.endswith("_vaapi") and not Path(VAAPI_DEVICE).exists():
+def _without_device(name: str) -> str | None:
+    """Why the encoder or hwaccel ``name`` cannot work here without running ffmpeg (VA-API on a machine without the
+    render node it opens, NVENC or CUDA without an NVIDIA device node), or ``None``: then only a probe tells."""
+    if name.endswith("_vaapi") and not Path(VAAPI_DEVICE).exists():
         return f"no VA-API device ({VAAPI_DEVICE} is missing)"
+    if (name.endswith("_nvenc") or name == "cuda") and not any(map(glob.glob, NVIDIA_DEVICES)):
+        return f"no NVIDIA device (none of {', '.join(NVIDIA_DEVICES)})"
     return None
 
 
@@ -143,14 +150,18 @@ def probe() -> CodecSupport:
     except (OSError, FfmpegError, subprocess.SubprocessError) as error:
         return CodecSupport(decode_reason=f"ffmpeg is not usable: {error}")
     listed = listed_encoders(listing)
+    # Each probe that cannot work without a device node this machine lacks is not run: a short ffmpeg process each,
+    # at every worker start (about 0.4 CPU-s for the four of a machine without a GPU).
+    decode_error = _without_device(HWACCEL)
     with tempfile.TemporaryDirectory(prefix="swapfarm-codecs-") as tmp, ThreadPoolExecutor(4) as pool:
         sample = Path(tmp) / "sample.mp4"
-        made = pool.submit(_try, sample_args(sample))
+        made = pool.submit(_try, sample_args(sample)) if decode_error is None else None
         runnable = [name for name in listed if _without_device(name) is None]
         results = {name: _without_device(name) for name in listed}
         results.update(zip(runnable, pool.map(_try, [encode_probe_args(name) for name in runnable]), strict=True))
-        sample_error = made.result()
-        decode_error = _try(decode_probe_args(sample)) if sample_error is None else f"no sample: {sample_error}"
+        if made is not None:
+            sample_error = made.result()
+            decode_error = _try(decode_probe_args(sample)) if sample_error is None else f"no sample: {sample_error}"
     working = tuple(name for name, error in results.items() if error is None)
     failed = {name: error for name, error in results.items() if error is not None}
     if decode_error is None:

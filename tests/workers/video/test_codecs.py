@@ -63,12 +63,28 @@ def test_this_machine_lists_nvenc_but_the_probe_finds_no_hardware_encoder_or_dec
     assert support.listed == tuple(codecs.listed_encoders(listed.stdout))
     assert support.working == (), "no GPU or VA-API device on this machine"
     assert set(support.failed) == set(support.listed)
-    # a VA-API encoder is not even tried without the render node it opens (ffmpeg would only fail to open it)
+    # an encoder is not even tried without the device node it opens (ffmpeg would only fail to open it)
     vaapi = [name for name in support.listed if name.endswith("_vaapi")]
     missing = f"no VA-API device ({codecs.VAAPI_DEVICE} is missing)"
     assert vaapi and all(support.failed[name] == missing for name in vaapi)
+    nvenc = [name for name in support.listed if name.endswith("_nvenc")]
+    assert nvenc and all(support.failed[name].startswith("no NVIDIA device (none of /dev/nvidia") for name in nvenc)
     assert support.hwaccel is None and "software decoder" in support.decode_reason
+    assert "no NVIDIA device" in support.decode_reason
     assert support.works("libx264") and not support.works("h264_nvenc")
+
+
+@NO_GPU
+@pytest.mark.parametrize("kind", ["encode", "decode"])
+def test_a_probe_run_where_its_device_is_missing_fails_with_ffmpegs_cause(kind: str, tmp_path: Path) -> None:
+    """What the probe would say had it run NVENC or CUDA here: ffmpeg's first line, the cause, without its prefix
+    (the reason the worker logs and the doctor shows on a machine with the device node but no working driver)."""
+    sample = tmp_path / "sample.mp4"
+    assert codecs._try(codecs.sample_args(sample)) is None
+    args = codecs.encode_probe_args("h264_nvenc") if kind == "encode" else codecs.decode_probe_args(sample)
+    reason = codecs._try(args)
+    assert reason and not reason.startswith("["), reason
+    assert "cuda" in reason.lower() or "nvenc" in reason.lower() or "device" in reason.lower(), reason
 
 
 @NO_GPU
