@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+import requests
 import schemathesis
 from hypothesis import HealthCheck
 from hypothesis import settings as hypothesis_settings
@@ -51,6 +52,13 @@ def server(
         yield api, make_key(settings)
 
 
+@pytest.fixture(scope="module")
+def session() -> Iterator[requests.Session]:
+    """One keep-alive connection pool for every generated request (a connection each would double their cost)."""
+    with requests.Session() as pool:
+        yield pool
+
+
 def test_the_server_serves_the_description_that_is_fuzzed(server: tuple[LiveApi, str]) -> None:
     api, _ = server
     assert httpx.get(f"{api.url}/openapi.json").json() == schema.raw_schema
@@ -65,10 +73,10 @@ def test_the_server_serves_the_description_that_is_fuzzed(server: tuple[LiveApi,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 def test_the_api_answers_every_generated_request_as_documented(
-    case: schemathesis.Case, server: tuple[LiveApi, str]
+    case: schemathesis.Case, server: tuple[LiveApi, str], session: requests.Session
 ) -> None:
     api, key = server
     # A schema cannot say "a decodable video": a schema-valid upload of random bytes is rightly refused (422).
     uploads = {("POST", "/v1/jobs"), ("POST", "/v1/groups")}
     excluded = [positive_data_acceptance] if (case.method, case.path) in uploads else []
-    case.call_and_validate(base_url=api.url, headers=bearer(key), excluded_checks=excluded)
+    case.call_and_validate(base_url=api.url, headers=bearer(key), session=session, excluded_checks=excluded)
