@@ -50,8 +50,10 @@ class _Graph:
         return name
 
     def param(self, shape: Sequence[int], std: float, name: str | None = None, mean: float = 0.0) -> str:
-        values = self.rng.standard_normal(tuple(shape), dtype=np.float32) * np.float32(std) + np.float32(mean)
-        return self.constant(values.astype(self.dtype), name)
+        values = self.rng.standard_normal(tuple(shape), dtype=np.float32)
+        values *= np.float32(std)  # in place: the full-size swapper draws 0.55 GB of weights
+        values += np.float32(mean)
+        return self.constant(values.astype(self.dtype, copy=False), name)
 
     def node(self, op: str, inputs: Sequence[str], **attributes: Any) -> str:
         name = self.name(op)
@@ -123,14 +125,19 @@ class _Graph:
         self.nodes.append(helper.make_node("Identity", [x], [name], name=f"/output_{name}"))
 
     def model(
-        self, inputs: Sequence[onnx.ValueInfoProto], outputs: Sequence[onnx.ValueInfoProto], name: str
+        self,
+        inputs: Sequence[onnx.ValueInfoProto],
+        outputs: Sequence[onnx.ValueInfoProto],
+        name: str,
+        check: bool = True,
     ) -> onnx.ModelProto:
         graph = helper.make_graph(self.nodes, name, list(inputs), list(outputs), self.initializers)
         model = helper.make_model(
             graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="swapfarm-replica"
         )
         model.ir_version = IR_VERSION
-        onnx.checker.check_model(model)
+        if check:
+            onnx.checker.check_model(model)
         return model
 
 
@@ -198,6 +205,7 @@ def inswapper_128(
         [_image("target", batch, 128), _vector("source", batch)],
         [_image("output", batch, 128)],
         "inswapper_128",
+        check=width != 1.0,  # the checker sees the same nodes at every width: 2 s of 0.55 GB to check again
     )
 
 
