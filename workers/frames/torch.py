@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from kornia.filters import get_gaussian_kernel1d
 from kornia.geometry.transform import warp_affine
 
-from workers.frames.backend import Box, Draw, even_box
+from workers.frames.backend import Box, Draw, blur_shrink, even_box
 from workers.frames.batch import Frames
 
 if TYPE_CHECKING:
@@ -213,16 +213,24 @@ class TorchBackend:
         _paste_planes(frames.planes[index], bgr_to_yuv420(patch[None])[0], even)
 
     def blur(self, frames: TorchFrames, index: int, box: Box, side: int, inner: Box | None = None) -> None:
+        shrink, length, sigma = blur_shrink(side)
+
         def change(region: torch.Tensor) -> torch.Tensor:
             height, width = region.shape[:2]
-            sigma = 0.3 * ((side - 1) * 0.5 - 1) + 0.8  # cv2.GaussianBlur's, for sigma 0
-            kernel = get_gaussian_kernel1d(side, sigma, device=region.device, dtype=torch.float32).reshape(-1)
-            pad = side // 2
-            rows, columns = _reflected(height, pad, region.device), _reflected(width, pad, region.device)
-            padded = region.permute(2, 0, 1).float()[:, rows][:, :, columns][None]  # [1, 3, h+2p, w+2p]
-            weights = kernel.view(1, 1, 1, side).expand(3, 1, 1, side)
+            planar = region.permute(2, 0, 1).float()[None]  # [1, 3, h, w]
+            if shrink > 1:
+                small = (-(-height // shrink), -(-width // shrink))
+                planar = F.interpolate(planar, size=small, mode="area").round()
+            kernel = get_gaussian_kernel1d(length, sigma, device=region.device, dtype=torch.float32).reshape(-1)
+            pad = length // 2
+            rows = _reflected(planar.shape[2], pad, region.device)
+            columns = _reflected(planar.shape[3], pad, region.device)
+            padded = planar[:, :, rows][:, :, :, columns]  # [1, 3, h+2p, w+2p]
+            weights = kernel.view(1, 1, 1, length).expand(3, 1, 1, length)
             across = F.conv2d(padded, weights, groups=3)
             down = F.conv2d(across, weights.transpose(2, 3), groups=3)
+            if shrink > 1:
+                down = F.interpolate(down.round(), size=(height, width), mode="bilinear", align_corners=False)
             return _hidden(region, down[0].permute(1, 2, 0), inner)
 
         self._edit(frames, index, box, change)

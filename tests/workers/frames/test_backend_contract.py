@@ -10,9 +10,10 @@ import cv2
 import numpy as np
 import pytest
 
+from tests.support.faces import image
 from tests.support.media import psnr
 from workers.faces.alignment import box_mask, estimate_transform
-from workers.frames.backend import FrameBackend, even_box
+from workers.frames.backend import FrameBackend, blur_shrink, even_box
 from workers.frames.batch import Frames
 from workers.frames.host import HostBackend
 
@@ -111,6 +112,7 @@ OPERATIONS: dict[str, Callable[[FrameBackend[object], Frames[object]], None]] = 
     "blur": lambda b, f: b.blur(f, 1, BOX, 9),
     "blur-soft": lambda b, f: b.blur(f, 1, BOX, 9, INNER),
     "blur-wide": lambda b, f: b.blur(f, 1, (0, 0, 64, 8), 31),  # a kernel longer than the region is tall
+    "blur-long": lambda b, f: b.blur(f, 1, (3, 1, 64, 42), 61, (8, 8, 50, 32)),  # run shrunk (blur_shrink)
     "pixelate": lambda b, f: b.pixelate(f, 1, BOX, 7),
     "pixelate-soft": lambda b, f: b.pixelate(f, 1, BOX, 7, INNER),
     "fill": lambda b, f: b.fill(f, 1, BOX),
@@ -131,7 +133,7 @@ def test_region_operation(backend: FrameBackend[object], name: str, views: str) 
     got_planes, got_bgr = _host(backend, frames)
     want_planes, want_bgr = _reference(operation, planes=planes, bgr=bgr)
     scene = _scene()
-    box = (0, 0, 64, 8) if name == "blur-wide" else BOX
+    box = {"blur-wide": (0, 0, 64, 8), "blur-long": (3, 1, 64, 42)}.get(name, BOX)
     assert frames.written == [(1, box)], "the region rewritten is listed, for a copy elsewhere to take over"
     x1, y1, x2, y2 = even_box(box, HEIGHT, WIDTH)
     if got_bgr is not None:
@@ -216,3 +218,17 @@ def test_replace_keeps_the_form(backend: FrameBackend[object]) -> None:
     assert np.array_equal(backend.download(replaced.planes), _planes(larger))
     as_bgr = backend.replace(backend.frames(bgr=backend.upload(_scene())), backend.upload(larger))
     assert as_bgr.planes is None
+
+
+@pytest.mark.parametrize("side", [61, 201])
+def test_a_long_blur_is_the_gaussian_its_kernel_names(backend: FrameBackend[object], side: int) -> None:
+    """A face's long kernel runs on the region shrunk (``blur_shrink``: a whole 1080p frame blurred at full size took
+    seconds) and still blurs as ``cv2.GaussianBlur`` with that kernel does, run whole."""
+    assert blur_shrink(side)[0] > 1
+    region = np.ascontiguousarray(image("group6.jpg")[:250, :310])
+    frames = backend.frames(bgr=backend.upload(region[None].copy()))
+    backend.blur(frames, 0, (0, 0, 310, 250), side)
+    got = backend.download(frames.bgr)[0]
+    want = cv2.GaussianBlur(region, (side, side), 0, borderType=cv2.BORDER_REFLECT_101)
+    assert psnr(got, want) > 45.0  # 54 and 47 dB measured
+    assert psnr(got, region) < 30.0, "the region is not blurred"
