@@ -23,7 +23,7 @@ from workers.engines.base import Engine, Tensor
 from workers.engines.onnx import OnnxEngine
 from workers.faces.decoding import NMS_THRESHOLD as NMS_THRESHOLD  # re-exported
 from workers.faces.decoding import Detections, decode_scrfd, decode_yolo_face, decode_yunet, suppress_detections
-from workers.faces.tensors import crops_to_tensor
+from workers.faces.tensors import picture_to_tensor
 from workers.models.download import resolve
 from workers.models.registry import REGISTRY, ColourOrder, Normalisation
 
@@ -264,9 +264,7 @@ class FaceDetector:
 
     def _run(self, picture: Frame, threshold: float) -> Detections:
         """Detections in ``picture`` (at most the input size; zero-padded bottom/right), in its coordinates."""
-        canvas = np.zeros((self.size, self.size, 3), np.uint8)
-        canvas[: picture.shape[0], : picture.shape[1]] = picture
-        tensor = crops_to_tensor(canvas[None], self.spec.normalisation, self.spec.colour_order)
+        tensor = picture_to_tensor(picture, self.size, self.spec.normalisation, self.spec.colour_order)
         outputs = self.engine.run({self._input_name: tensor})
         self.runs += 1
         named = dict(zip(self.engine.output_names, outputs, strict=True))

@@ -30,10 +30,39 @@ def crops_to_tensor(crops: Crops, normalisation: Normalisation, colour_order: Co
     """
     if crops.dtype != np.uint8 or crops.ndim != 4 or crops.shape[3] != 3 or crops.shape[1] != crops.shape[2]:
         raise ValueError(f"crops must be uint8 [N, S, S, 3], got {crops.dtype} {list(crops.shape)}")
+    out = np.empty((crops.shape[0], 3, crops.shape[1], crops.shape[2]), np.float32)
+    _normalise_into(out, crops, normalisation, colour_order)
+    return out
+
+
+def picture_to_tensor(
+    picture: npt.NDArray[np.uint8], size: int, normalisation: Normalisation, colour_order: ColourOrder
+) -> FloatArray:
+    """One BGR uint8 picture of at most ``size``×``size`` → ``[1, 3, size, size]`` float32, normalised as the model
+    expects, padded at the bottom and right as a black picture would be (what :func:`crops_to_tensor` gives for
+    the picture pasted on a black square, to the bit, without the square)."""
+    height, width = picture.shape[:2]
+    out = np.empty((1, 3, size, size), np.float32)
+    if height < size or width < size:
+        mean = np.asarray(normalisation.mean, np.float32)
+        padding = (np.float32(0) - mean) / np.asarray(normalisation.std, np.float32)
+        out[0] = padding[:, None, None]
+    _normalise_into(out[:, :, :height, :width], picture[None], normalisation, colour_order)
+    return out
+
+
+def _normalise_into(
+    out: FloatArray, pixels: npt.NDArray[np.uint8], normalisation: Normalisation, colour_order: ColourOrder
+) -> None:
+    """``out`` (``[N, 3, h, w]``) = ``pixels`` (``[N, h, w, 3]`` BGR) normalised, a channel at a time: no float
+    copy of the whole batch in the pixels' layout to transpose after (a detector's 640-px input: 0.79–0.91 ms
+    against 0.88–1.14, 2026-12-06)."""
     mean = np.asarray(normalisation.mean, np.float32)
     std = np.asarray(normalisation.std, np.float32)
-    pixels = crops[..., _FROM_BGR[colour_order]].astype(np.float32)
-    return np.ascontiguousarray(((pixels - mean) / std).transpose(0, 3, 1, 2))
+    for channel, source in enumerate(_FROM_BGR[colour_order]):
+        plane = out[:, channel]
+        np.subtract(pixels[..., source], mean[channel], out=plane, dtype=np.float32)
+        np.divide(plane, std[channel], out=plane)
 
 
 def tensor_to_crops(
