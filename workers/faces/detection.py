@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
@@ -221,10 +222,14 @@ class FaceDetector:
             return _faces(found, found_scale)
         scaled = _fit(frame, scaled_w, scaled_h)
         parts = [self._whole(frame, threshold, scale)] if whole_pass else []
-        for number, (x0, y0) in enumerate(_tiles(scaled_w, scaled_h, self.size)):
-            if tiles is not None and not tiles[number]:
-                continue
-            tile = self._run(scaled[y0 : y0 + self.size, x0 : x0 + self.size], threshold)
+        due = [
+            origin
+            for number, origin in enumerate(_tiles(scaled_w, scaled_h, self.size))
+            if tiles is None or tiles[number]
+        ]
+        detected = list(_TILE_POOL.map(lambda origin: self._infer(self._cut(scaled, origin), threshold), due))
+        self.runs += len(due)
+        for (x0, y0), tile in zip(due, detected, strict=True):
             inner = _inside(tile.boxes, x0, y0, self.size, scaled_w, scaled_h)
             offset = np.asarray([x0, y0], np.float32)
             parts.append(
@@ -264,9 +269,17 @@ class FaceDetector:
 
     def _run(self, picture: Frame, threshold: float) -> Detections:
         """Detections in ``picture`` (at most the input size; zero-padded bottom/right), in its coordinates."""
+        self.runs += 1
+        return self._infer(picture, threshold)
+
+    def _cut(self, picture: Frame, origin: tuple[int, int]) -> Frame:
+        x0, y0 = origin
+        return picture[y0 : y0 + self.size, x0 : x0 + self.size]
+
+    def _infer(self, picture: Frame, threshold: float) -> Detections:
+        """:meth:`_run` without counting the run (safe on the tile threads: the caller counts)."""
         tensor = picture_to_tensor(picture, self.size, self.spec.normalisation, self.spec.colour_order)
         outputs = self.engine.run({self._input_name: tensor})
-        self.runs += 1
         named = dict(zip(self.engine.output_names, outputs, strict=True))
         return self.spec.decode(named, self.size, threshold)
 
@@ -274,6 +287,12 @@ class FaceDetector:
         """The faces of each frame of a batch (uint8 [N, H, W, 3] BGR), one list per frame, in order."""
         return [self.detect_frame(frame, score) for frame in frames]
 
+
+TILE_THREADS = 2
+"""A frame's tiles are detected this many at a time: ONNX Runtime's own threads leave a core idle between a small
+model's layers, and the next tile's input is made meanwhile (docs/performance.md)."""
+
+_TILE_POOL = ThreadPoolExecutor(TILE_THREADS, thread_name_prefix="tiles")
 
 TILE_OVERLAP = 0.25
 """Tiles overlap by this fraction of a tile, so a face up to that size lies whole in one of them."""
