@@ -31,7 +31,7 @@ import numpy as np
 import numpy.typing as npt
 
 from shared.options import FaceOptions, JobOptions
-from shared.strict_blur import AROUND_SCORE, CUT_CORRELATION, STRICT_HIGH, STRICT_LOW, STRICT_REACH
+from shared.strict_blur import AROUND_SCORE, CUT_CORRELATION, EDGE_COAST, STRICT_HIGH, STRICT_LOW, STRICT_REACH
 from workers.faces.detection import Face, FaceDetector
 from workers.faces.selection import cosine_distance, select_faces
 from workers.faces.sweep import DetectionSweep
@@ -186,6 +186,7 @@ class TrackFeed:
             keep_doubtful=self.limits.keep_doubtful,
             coast=self.options.track_gap if self.strict else 0,
             reach=STRICT_REACH if self.strict else 0.0,
+            edge_coast=EDGE_COAST if self.strict else 0,
         )
         self._previous: npt.NDArray[np.float32] | None = None
         waiting: dict[int, np.ndarray] = {}
@@ -196,6 +197,7 @@ class TrackFeed:
             if role == "chunk":
                 first = fed
             for batch in source:
+                tracker.frame = (int(batch.shape[2]), int(batch.shape[1]))
                 # The look-ahead goes one frame at a time and stops as soon as no later frame can change the
                 # chunk's frames (FaceTracker.settled): most chunk ends need few of its frames, or none.
                 own = len(batch) if role == "behind" else max(0, min(len(batch), first + frames - fed))

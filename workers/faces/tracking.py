@@ -7,7 +7,7 @@ ties broken by track and detection order, so the same detections always give the
 
 What differs from ByteTrack, and why: chunks of a video are tracked separately, each with a short look-behind and
 look-ahead (``context`` frames), and the result must not depend on where the chunk edges fall. So every decision
-about frame ``t`` reads only frames ``t - context … t + context``:
+about frame ``t`` reads only frames ``t - context … t + context`` (an anonymiser's ``edge_coast`` reads further back):
 
 * an unmatched doubtful detection still opens a (tentative) chain, and a chain counts at frame ``t`` only when
   it holds a confident detection within ``context`` frames of ``t`` ("start high, continue low", made local);
@@ -113,6 +113,8 @@ class FaceTracker:
             detection that its box, carried back, is handed back (``filled``): an anonymiser's choice, so a face
             leaving the frame or lost by the detector stays hidden, and one entering the frame or appearing after a
             jump is hidden before the detector finds it (0: none; at most ``max_gap``).
+        edge_coast: a lost track whose last box reached the edge of the frame (:attr:`frame`, set by the caller) is
+            carried on for up to this many frames (if more than ``coast``) while its box still reaches into it.
 
     Raises:
         ValueError: thresholds out of order or out of range.
@@ -128,6 +130,7 @@ class FaceTracker:
         keep_doubtful: bool = False,
         coast: int = 0,
         reach: float = 0.0,
+        edge_coast: int = 0,
     ) -> None:
         if not 0.0 < low <= high <= 1.0:
             raise ValueError(f"tracker thresholds must satisfy 0 < low ≤ high ≤ 1, got low={low}, high={high}")
@@ -138,6 +141,8 @@ class FaceTracker:
         self.keep_doubtful = keep_doubtful
         self.coast = max(0, min(coast, max_gap))
         self.reach = max(0.0, reach)
+        self.edge_coast = max(self.coast, edge_coast)
+        self.frame: tuple[int, int] | None = None  # (width, height) of the frames fed: where their edges are
         self._cuts: list[int] = []  # frames that start a new scene (:meth:`cut`)
         self.context = context_frames(max_gap, smoothing)
         self._tracks: list[_Track] = []
@@ -146,8 +151,6 @@ class FaceTracker:
         self._next_id = 0
         self._fed = 0
         self._done = 0
-
-    # -- association --------------------------------------------------------------------------------------------
 
     def cut(self) -> None:
         """The next frame fed starts a new scene: no track carries on into it (no association, no gap filled and no
@@ -319,13 +322,17 @@ class FaceTracker:
         else:
             return None
         end = ends[0]
-        if abs(index - end) > self.coast or self._scene_start(index) != self._scene_start(end):
+        if self._scene_start(index) != self._scene_start(end):
             return None
         face = track.frames[end]
         step = np.zeros(4, np.float32)
         if len(ends) > 1:
             step = (face.box - track.frames[ends[1]].box) / float(end - ends[1])
         shift = step * float(index - end)
+        x1, y1, x2, y2 = (float(v) for v in face.box + shift)
+        reaches_in = self.frame is not None and x1 < self.frame[0] and x2 > 0 and y1 < self.frame[1] and y2 > 0
+        if abs(index - end) > self.coast and not (lost and index - end <= self._horizon(track) and reaches_in):
+            return None
         offset = (shift[:2] + shift[2:]) / 2
         return Face(
             box=np.asarray(face.box + shift, np.float32),
@@ -335,6 +342,16 @@ class FaceTracker:
             filled=True,
             lost=lost,
         )
+
+    def _horizon(self, track: _Track) -> int:
+        """How long after its last detection a track may hand back a face: longer where it left at the edge."""
+        if self.edge_coast <= self.coast or self.frame is None or track.last < 0:
+            return self.max_gap
+        x1, y1, x2, y2 = (float(v) for v in track.frames[track.last].box)
+        near = (y2 - y1) / 10  # a face, not a false alarm: a confident detection among its last two
+        at_edge = x1 <= near or y1 <= near or x2 >= self.frame[0] - near or y2 >= self.frame[1] - near
+        sure = max(track.frames[f].score for f in sorted(track.frames)[-2:]) >= self.high
+        return max(self.edge_coast, self.max_gap) if at_edge and sure else self.max_gap
 
     def _smoothed(self, track: _Track, index: int, face: Face) -> Face:
         if self.radius == 0:
@@ -361,7 +378,7 @@ class FaceTracker:
             if face.score >= self.high or self._counts(track, index) or self.keep_doubtful:
                 faces.append(self._smoothed(track, index, replace(face, track=ident)))
         for track in self._tracks:
-            if track.ident in seen or not track.frames or track.last < index - self.max_gap:
+            if track.ident in seen or not track.frames or track.last < index - self._horizon(track):
                 continue
             filled = self._at(track, index) or self._coasted(track, index)
             if filled is not None and (self._counts(track, index) or self.keep_doubtful):
@@ -374,7 +391,8 @@ class FaceTracker:
         """Drop what no later decision reads: observations more than ``context`` frames behind ``index``."""
         horizon = index - self.context
         for track in self._tracks:
-            for frame in [f for f in track.frames if f < horizon]:
+            kept = sorted(track.frames)[-2:] if index - track.last < self._horizon(track) else []
+            for frame in [f for f in track.frames if f < horizon and f not in kept]:
                 del track.frames[frame]
         self._tracks = [t for t in self._tracks if t.frames]
         older = [c for c in self._cuts if c < horizon]  # the last of them still starts the oldest frames' scene

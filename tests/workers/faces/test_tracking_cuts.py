@@ -63,3 +63,29 @@ def test_a_face_is_hidden_in_the_frames_before_the_detector_first_finds_it() -> 
     assert [round(float(by_frame[t][0].box[0])) for t in (2, 3, 4)] == [-20, -10, 0]
     assert all(by_frame[t][0].filled and not by_frame[t][0].lost for t in (2, 3, 4))
     assert by_frame[0] == by_frame[1] == []  # no further back than asked
+
+
+def test_a_face_sinking_out_of_the_frame_stays_hidden_until_it_has_left() -> None:
+    # 100-px faces sinking out of the bottom of a 640x360 frame, found by the detector in frames 0-5 only (the last
+    # two thirds of a face show undetected): one at 5 px a frame, gone at frame 15; one at 1 px a frame, still in
+    # the frame when the edge's 30 frames are up
+    def sinking(speed: int, score: float = 0.9) -> list[list[Face]]:
+        return [[_face(200, 285 + speed * t, size=100, score=score)] if t < 6 else [] for t in range(60)]
+
+    def run(frames: list[list[Face]], height: int) -> dict[int, list[Face]]:
+        tracker = FaceTracker(high=0.5, low=0.2, max_gap=4, keep_doubtful=True, coast=4, edge_coast=30)
+        tracker.frame = (640, height)
+        return {f.index: f.faces for f in _run(tracker, frames)}
+
+    fast = run(sinking(5), 360)
+    assert all(len(fast[t]) == 1 and fast[t][0].lost for t in range(6, 15))
+    assert [round(float(fast[t][0].box[1])) for t in (6, 14)] == [315, 355]
+    assert all(not fast[t] for t in range(15, 60))  # it has left
+    slow = run(sinking(1), 360)
+    assert all(len(slow[t]) == 1 for t in range(6, 36)) and all(not slow[t] for t in range(36, 60))
+    # the same face lost in the middle of a taller frame is carried on for the gap only
+    middle = run(sinking(5), 720)
+    assert all(len(middle[t]) == 1 for t in range(6, 10)) and all(not middle[t] for t in range(10, 60))
+    # a doubtful detection at the edge (a false alarm as likely as a face) is carried on for the gap only
+    doubtful = run(sinking(1, score=0.3), 360)
+    assert all(len(doubtful[t]) == 1 for t in range(6, 10)) and all(not doubtful[t] for t in range(10, 60))
