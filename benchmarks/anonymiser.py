@@ -12,12 +12,17 @@ time per frame (and strict's time as a ratio of plain's, measured side by side).
 
     .venv/bin/python -m benchmarks.anonymiser [--sizes 720 1080] [--seeds 11 12] [--frames 60] [--modes strict plain]
         [--face-free-frames 30] [--face '{"strict_second_detector": "scrfd"}']
+
+With ``--write DIR`` it runs nothing: it writes each clip with faces as ``DIR/<height>p-seed<seed>.mp4`` (x264 CRF
+18, 30 fps), for timing whole jobs on them (``swapfarm run --target … --processor face_blur``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import subprocess
+from pathlib import Path
 
 from tests.support.anonymiser_clips import SIZE_BUCKETS, ClipSpec, Outcome, blur_clip, generate
 
@@ -46,7 +51,14 @@ def main() -> None:
     parser.add_argument("--modes", nargs="+", default=["strict", "plain"], choices=["strict", "plain"])
     parser.add_argument("--face-free-frames", type=int, default=30, help="frames of each face-free clip (0: none)")
     parser.add_argument("--face", default="{}", help="extra face options for both modes, as JSON")
+    parser.add_argument("--write", type=Path, help="write the clips with faces as mp4 files here, and run nothing")
     args = parser.parse_args()
+    if args.write is not None:
+        args.write.mkdir(parents=True, exist_ok=True)
+        for height in args.sizes:
+            for seed in args.seeds:
+                _write(ClipSpec(height * 16 // 9, height, args.frames, seed), args.write / f"{height}p-seed{seed}.mp4")
+        return
 
     extra_face = json.loads(args.face)
     modes = {"strict": {**extra_face}, "plain": {**extra_face, "blur_strict": False}}
@@ -81,6 +93,20 @@ def main() -> None:
             hid, total = sum(figures["hid"]), sum(figures["all"])
             print(f"all clips {mode}: {hid / total:.2%} of {total:.0f} face-frames ≥ 24 px hidden; longest run "
                   f"visible {max(figures['run']):.0f}")  # fmt: skip
+
+
+def _write(spec: ClipSpec, path: Path) -> None:
+    size = f"{spec.width}x{spec.height}"
+    command = ["ffmpeg", "-y", "-loglevel", "error", "-f", "rawvideo", "-pix_fmt", "bgr24", "-s", size, "-r", "30"]
+    command += ["-i", "-", "-c:v", "libx264", "-crf", "18", "-pix_fmt", "yuv420p", str(path)]
+    encoder = subprocess.Popen(command, stdin=subprocess.PIPE)
+    assert encoder.stdin is not None
+    for frame, _ in generate(spec):
+        encoder.stdin.write(frame.tobytes())
+    encoder.stdin.close()
+    if encoder.wait() != 0:
+        raise SystemExit(f"ffmpeg could not write {path}")
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":
