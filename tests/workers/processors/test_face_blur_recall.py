@@ -49,3 +49,14 @@ def test_strict_face_blur_counts_its_detector_calls_and_shares_the_extra_passes_
     shared = blur_clip(frames, truths, {})
     assert shared.calls == 19 + 1 + 18 // 2
     assert every.score.background_share == shared.score.background_share == 0.0
+
+
+def test_strict_face_blur_hides_a_face_entering_at_the_edge_beside_another_from_its_first_frame() -> None:
+    # frames 30-39 of the 720p benchmark clip of seed 13 (a scene starts at 30): a 147-px face enters at the right
+    # edge, motion-blurred, in frame 36, just below a 100-px face, and is first found in frame 37. Looking back from
+    # its track's first detections, the nearest face around where its motion puts it in frame 36 was the other one:
+    # its track took that face back four frames, and frame 36 of the entering face stayed visible
+    generated = list(generate(ClipSpec(width=1280, height=720, frames=40, seed=13)))[30:]
+    outcome = blur_clip([f for f, _ in generated], [t for _, t in generated], {})
+    assert outcome.score.sizes[(36, 103)] > 140  # the entering face, in its first frame
+    assert not outcome.score.shown[(36, 103)], "the entering face showed in its first frame"
