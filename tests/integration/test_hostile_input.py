@@ -206,6 +206,9 @@ class TestChunkCount:
 # -- 5. fair share ----------------------------------------------------------------------------------------------
 
 
+FLOOD = 20  # urgent jobs of one tenant: by priority alone, the other tenant's job would wait for all of them
+
+
 def test_a_tenant_flooding_the_farm_with_urgent_jobs_does_not_starve_another(
     farm: Farm, settings: Settings, tmp_path: Path
 ) -> None:
@@ -222,9 +225,9 @@ def test_a_tenant_flooding_the_farm_with_urgent_jobs_does_not_starve_another(
         TestClient(create_app(settings), headers=bearer(make_key(settings))) as busy,
         TestClient(create_app(settings), headers=bearer(make_key(settings))) as quiet,
     ):
-        flood = [post(busy, 9) for _ in range(50)]
+        flood = [post(busy, 9) for _ in range(FLOOD)]
         modest = post(quiet, 1)
-        farm.worker("w1")  # one worker, fifty-one jobs waiting for it
+        farm.worker("w1")  # one worker, all the jobs waiting for it
         try:
             assert wait_finished(quiet, modest, farm)["status"] == "succeeded"
             with session_scope(settings.database_url) as s:
@@ -233,8 +236,8 @@ def test_a_tenant_flooding_the_farm_with_urgent_jobs_does_not_starve_another(
             assert started is not None
             before = sum(1 for at in busy_starts if at is not None and at < started)
             assert before <= 2, f"{before} of the busy tenant's chunks started before the other tenant's first"
-            assert len(busy_starts) == 50, "every flood job was planned before the other tenant's job rendered"
-            assert sum(1 for at in busy_starts if at is None or at > started) >= 40, "the flood had not drained"
+            assert len(busy_starts) == FLOOD, "every flood job was planned before the other tenant's job rendered"
+            assert sum(1 for at in busy_starts if at is None or at > started) >= FLOOD - 5, "the flood had drained"
             # Tokens spent on the other tenant's chunk were given back: every queued chunk still has a message
             # naming it, so the reaper finds nothing lost and tells no job its messages were re-sent.
             celery = make_celery(settings)
