@@ -9,6 +9,7 @@ boxes and landmarks are divided by the kept scale to land in frame coordinates. 
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -293,6 +294,16 @@ TILE_THREADS = 2
 model's layers, and the next tile's input is made meanwhile (docs/performance.md)."""
 
 _TILE_POOL = ThreadPoolExecutor(TILE_THREADS, thread_name_prefix="tiles")
+
+
+def _new_tile_pool() -> None:
+    """A forked child gets a pool of its own: the parent's threads are not in it, and a pool that believes it has
+    them would never run what it is given."""
+    global _TILE_POOL
+    _TILE_POOL = ThreadPoolExecutor(TILE_THREADS, thread_name_prefix="tiles")
+
+
+os.register_at_fork(after_in_child=_new_tile_pool)
 
 TILE_OVERLAP = 0.25
 """Tiles overlap by this fraction of a tile, so a face up to that size lies whole in one of them."""

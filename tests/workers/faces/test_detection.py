@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import select
 import shutil
+import signal
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -207,3 +210,25 @@ def _iou(a: np.ndarray, b: np.ndarray) -> float:
     x2, y2 = min(a[2], b[2]), min(a[3], b[3])
     inter = max(0.0, x2 - x1) * max(0.0, y2 - y1)
     return float(inter / ((a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter))
+
+
+def test_a_forked_child_detects_in_tiles_after_its_parent_did() -> None:
+    """A frame's tiles run on a thread pool; a process forked after its parent detected in tiles (a prefork worker,
+    a fork-started test farm) gets a pool of its own, where the parent's threads would never run its tiles."""
+    frame = clip_frames("crowd_1080p.mp4", slice(50, 51))[0]
+    tiled = FaceDetector(engine(MODELS / "yunet_2023mar.onnx"), "yunet", size=1280)
+    expected = len(tiled.detect_frame(frame))
+    reader, writer = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover (the child reports through the pipe)
+        os.close(reader)
+        os.write(writer, str(len(tiled.detect_frame(frame))).encode())
+        os._exit(0)
+    os.close(writer)
+    ready, _, _ = select.select([reader], [], [], 60.0)  # a deadline for a hang, not a speed
+    if not ready:
+        os.kill(child, signal.SIGKILL)
+    os.waitpid(child, 0)
+    answer = os.read(reader, 64).decode() if ready else ""
+    os.close(reader)
+    assert answer == str(expected), "the forked child's tiles never ran"
