@@ -38,6 +38,16 @@ def _warnings(api: TestClient, job_id: str) -> dict[str, str]:
     return {e["error_code"]: e["message"] for e in events_of(api, job_id, "warning")}
 
 
+def _serving(port: int) -> bool:
+    """Whether a worker's metrics endpoint answers yet: a GPU worker's control consumer can answer the broker's
+    inspect before the ``worker_ready`` signal starts its metrics server (a CI run was refused in between)."""
+    try:
+        httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10)
+    except httpx.ConnectError:
+        return False
+    return True
+
+
 def _degradations(port: int) -> dict[str, float]:
     """``swapfarm_degradations_total`` by code, from a worker's metrics endpoint."""
     text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
@@ -119,7 +129,9 @@ class TestGpuProviderMissing:
         assert "gpu_provider_missing" in log and "CUDAExecutionProvider" in log
         assert settings.worker_metrics_port is not None
         port = settings.worker_metrics_port
-        counts = wait_for(lambda: _degradations(port) or None, timeout=60, what="the worker's metrics")
+        counts = wait_for(
+            lambda: _serving(port) and _degradations(port) or None, timeout=60, what="the worker's metrics"
+        )
         assert counts == {"gpu_provider_missing": 1.0}
 
 
