@@ -271,9 +271,10 @@ class TrackFeed:
                 centre = (expected[:2] + expected[2:]) / 2
                 distances = [float(np.linalg.norm((f.box[:2] + f.box[2:]) / 2 - centre)) for f in found]
                 nearest = found[int(np.argmin(distances))]
+                # a face farther than a face size away is another one (on the 720p clip of seed 13, a face entering
+                # at the edge beneath another took that one's track back four frames)
                 if min(distances) > float(max(expected[2:] - expected[:2])):
-                    break  # another face near where this one was expected (on the 720p clip of seed 13, a face
-                    # entering at the edge beneath another took that one's track back four frames)
+                    break
                 if not tracker.observe_before(ident, first - back, replace(nearest, track=ident)):
                     break
                 anchor = nearest.box
