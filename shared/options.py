@@ -196,8 +196,9 @@ class FaceOptions(BaseModel):
     )
     strict_second_detector: Detector | None = Field(
         None,
-        description="face_blur strict, with tracking: a second detector run on every frame besides `detector`; the "
-        "faces it finds are hidden too (another model misses other faces). Costs its detection time per frame",
+        description="face_blur strict, with tracking: a second detector run on every frame's tiles besides "
+        "`detector`; the faces it finds where `detector` found none are hidden too (another model misses other "
+        "faces). Costs its detection time per frame",
     )
     tracking: bool = Field(True, description="Follow faces across frames (and chunk edges) as tracks")
     track_gap: int = Field(4, ge=0, le=12, description="Frames a track may miss its face and have it filled in")

@@ -47,6 +47,8 @@ __all__ = [
     "MIN_FACE",
     "RELIABLE_FACE",
     "SCAN_PERIOD",
+    "SECOND_MIN_FACE",
+    "SECOND_SCORE",
     "STRICT_HIGH",
     "STRICT_LOW",
     "STRICT_MARGIN",
@@ -98,6 +100,17 @@ AROUND_CELL = 160
 AROUND_SCORE = 0.35
 """The least score of a face found by looking closely (enlarged, a face scores high: 0.8 on the 1080p test clips'
 27-px faces); lower, what a close look finds on background texture would keep a lost track going by itself."""
+
+SECOND_SCORE = 0.25
+"""The least score of a face the second detector (``face.strict_second_detector``) adds (where the job's detector
+found none: its box stands). At the low score, SCRFD's tiles found false faces of 10–15 px, and once a box as large
+as the frame, that blurred 64 % and 70 % of the background of two 1080p benchmark clips (5.8 % and 0.9 % with YuNet's
+alone). It still finds a 27–31-px face that YuNet scores 0.13 and 0.09 (0.48, 0.49), and a 44-px one that YuNet
+misses (0.27)."""
+
+SECOND_MIN_FACE = 0.75
+"""The second detector's faces shorter than this fraction of ``face.blur_min_face`` are dropped: its false faces at
+0.25 or more on the benchmark clips were 12–15 px tall; a 24-px face's box was 27."""
 
 AROUND_NEW_IOU = 0.1
 """A face a close look finds is added only where it overlaps every face the detection passes found by less than this

@@ -11,7 +11,7 @@ face, so an anonymiser's sweep also detects:
   native resolution, enlarged or shrunk as that asks;
 * the frame turned by ±:data:`TURN` degrees (a face turned by up to 40° is then within 10–15° of upright in one of
   them), tiled for faces :data:`~shared.strict_blur.TURN_MIN_FACE_FACTOR` times ``min_face``;
-* with a second detector, the whole frame and the upright tiles again with it.
+* with a second detector, the upright tiles again with it (its faces kept where the job's detector found none).
 
 What every pass finds is mapped back into the frame and merged by NMS. A face found on a turned frame keeps its
 landmarks (turned back exactly) and gets an upright box of the same size around the same centre. :attr:`calls`
@@ -37,6 +37,8 @@ from shared.strict_blur import (
     AROUND_SCORE,
     MIN_FACE,
     RELIABLE_FACE,
+    SECOND_MIN_FACE,
+    SECOND_SCORE,
     TURN,
     TURN_MIN_FACE_FACTOR,
     ZOOM,
@@ -60,8 +62,11 @@ class DetectionSweep:
     Args:
         detector: the job's detector (its ``detector_size`` is honoured in the whole-frame pass).
         turns: the angles (degrees) of the extra turned passes.
-        others: more detectors (``face.strict_second_detector``), each run on the whole frame and on the upright
-            tiles: what they find is added to what the job's detector finds, whatever the models' scores disagree on.
+        others: more detectors (``face.strict_second_detector``), each run on the upright tiles (on the whole
+            frame where it needs none: at the low score, SCRFD's whole-frame pass found boxes as large as a 1080p
+            frame): the faces they find at :data:`~shared.strict_blur.SECOND_SCORE` or more, and at least
+            :data:`~shared.strict_blur.SECOND_MIN_FACE` of ``min_face`` tall, where the job's detector found none are
+            added, whatever the models' scores disagree on.
         min_face: the smallest face to find (box height, px at the source resolution: ``face.blur_min_face``).
         period: the extra passes (tiles and turned frames) are shared out over this many consecutive frames, each
             frame running every ``period``-th of their model runs (``face.blur_scan_period``; 1: all of them on every
@@ -118,21 +123,33 @@ class DetectionSweep:
         scale = RELIABLE_FACE / self.min_face
         phase = number % self.period
         self._due = itertools.repeat(True) if every_pass else (i % self.period == phase for i in itertools.count())
-        found: list[Face] = []
-        for model in (self.detector, *self.others):
-            found += self._run(model, lambda m: m.detect_frame(frame, threshold))
-            found += self._tiled(model, frame.shape, lambda: frame, scale, threshold)
+        found = self._run(self.detector, lambda m: m.detect_frame(frame, threshold))
+        found += self._tiled(self.detector, frame.shape, lambda: frame, scale, threshold)
         for angle in self.turns:
             found += self._turned(frame, angle, scale / TURN_MIN_FACE_FACTOR, threshold)
         found = suppress_faces(found, threshold)
-        # a close look adds the faces the passes missed; where they found one, theirs stands (two boxes of one face
-        # that overlap too little for NMS would widen what is hidden)
+        # the close looks' faces, then the other detectors', add the faces the passes missed; where the job's
+        # detector found one, its box stands (two boxes of one face that overlap too little for NMS would widen what is
+        # hidden, and another model's box of a face cut by the frame's edge or turned covers less of it)
+        close, sure = max(threshold, AROUND_SCORE), max(threshold, SECOND_SCORE)
+        self._add_new(found, self.look_around(frame, around, close), close)
+        for model in self.others:
+            if _tiles_needed(model, frame.shape, scale):
+                more = self._tiled(model, frame.shape, lambda: frame, scale, sure)
+            else:
+                more = self._run(model, lambda m: m.detect_frame(frame, sure))
+            tall = SECOND_MIN_FACE * self.min_face
+            self._add_new(found, [face for face in more if float(face.box[3] - face.box[1]) >= tall], sure)
+        return sorted(found, key=lambda face: -face.score)
+
+    @staticmethod
+    def _add_new(found: list[Face], more: list[Face], threshold: float) -> None:
+        """Append to ``found`` the faces of ``more`` (merged by NMS) that overlap none of its faces by
+        :data:`~shared.strict_blur.AROUND_NEW_IOU` or more."""
         taken = np.stack([f.box for f in found]) if found else np.zeros((0, 4), np.float32)
-        close = max(threshold, AROUND_SCORE)
-        for face in suppress_faces(self.look_around(frame, around, close), close):
+        for face in suppress_faces(more, threshold):
             if not len(taken) or float(box_iou(face.box[None], taken).max()) < AROUND_NEW_IOU:
                 found.append(face)
-        return sorted(found, key=lambda face: -face.score)
 
     def _take(self, runs: int) -> list[bool]:
         """Which of the next ``runs`` extra model runs this frame makes."""
@@ -155,10 +172,9 @@ class DetectionSweep:
         """The faces found in tiles of a ``shape`` frame (built by ``picture_of`` only where a tile of it is due)
         seen at ``scale`` (detector px per source px); none where the whole-frame pass sees the frame at that scale
         or finer already."""
-        height, width = shape[:2]
-        longer = max(height, width)
-        if scale <= min(model.view / longer, 1.0) + 1e-6:
+        if not _tiles_needed(model, shape, scale):
             return []
+        height, width = shape[:2]
         factor = max(scale, 1.0)
         size = (max(1, round(width * factor)), max(1, round(height * factor)))
         per_pixel = min(scale / factor, 1.0)  # tile pixels per pixel of the enlarged picture
@@ -263,6 +279,11 @@ class DetectionSweep:
 
 
 _EDGE = 2.0  # px: a box this close to a mosaic cell's edge is cut by it
+
+
+def _tiles_needed(model: FaceDetector, shape: tuple[int, ...], scale: float) -> bool:
+    """Whether a ``shape`` frame must be tiled to be seen at ``scale``: the whole-frame pass sees it coarser."""
+    return scale > min(model.view / max(shape[:2]), 1.0) + 1e-6
 
 
 def _mapped(face: Face, back: npt.NDArray[Any]) -> Face:

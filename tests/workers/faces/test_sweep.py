@@ -10,6 +10,7 @@ import numpy as np
 
 from shared.strict_blur import STRICT_LOW
 from tests.support import crowd
+from tests.support.anonymiser_clips import ClipSpec, Truth, generate
 from tests.support.faces import detector
 from tests.support.media import read_frames
 from workers.faces.detection import Face
@@ -43,3 +44,32 @@ def test_a_second_detector_finds_the_faces_the_first_ones_sweep_misses(tmp_path:
     assert missed_alone, "the clip no longer shows what the second detector adds"
     # a union: whatever the first detector's sweep found is still found
     assert all(_found(both[t.frame], t) for t in truths if _found(alone[t.frame], t))
+
+
+def test_the_second_detector_adds_a_small_face_the_first_one_misses_and_none_of_its_own_false_alarms() -> None:
+    # frames 37-38 of the 720p benchmark clip of seed 14: a 27-31-px face YuNet's sweep scores 0.13 and 0.09 (below
+    # the low score), which SCRFD scores 0.48-0.49; at the low score SCRFD also finds faces of 10-15 px (and one box
+    # as large as the frame) in the texture, which blurred 64-70 % of the background of two 1080p clips
+    generated = list(generate(ClipSpec(width=1280, height=720, frames=40, seed=14)))[37:39]
+    first, second = detector("yunet"), detector("scrfd")
+    for frame, truths in generated:
+        small = next(t for t in truths if t.face == 103)
+        alone = DetectionSweep(first).detect_frame(frame, STRICT_LOW)
+        both = DetectionSweep(first, others=[second]).detect_frame(frame, STRICT_LOW)
+        scrfd = DetectionSweep(second, turns=()).detect_frame(frame, STRICT_LOW)
+        assert not _holds(alone, small) and _holds(both, small), f"frame {small.frame}"
+        false_alarms = [f for f in scrfd if not any(_near(f, t) for t in truths)]
+        assert false_alarms, "SCRFD no longer finds false faces on this frame at the low score"
+        assert not [f for f in both if not any(_near(f, t) for t in truths)], f"frame {small.frame}"
+
+
+def _holds(faces: list[Face], truth: Truth) -> bool:
+    x1, y1, x2, y2 = truth.core
+    return any(f.box[0] <= (x1 + x2) / 2 <= f.box[2] and f.box[1] <= (y1 + y2) / 2 <= f.box[3] for f in faces)
+
+
+def _near(face: Face, truth: Truth) -> bool:
+    """Whether a box's centre is within a face size of the face's centre (a box of that face)."""
+    centre = (face.box[:2] + face.box[2:]) / 2
+    x1, y1, x2, y2 = truth.box
+    return abs(centre[0] - (x1 + x2) / 2) < truth.size and abs(centre[1] - (y1 + y2) / 2) < truth.size
