@@ -43,6 +43,7 @@ __all__ = [
     "AROUND_NEW_IOU",
     "AROUND_SCORE",
     "CUT_CORRELATION",
+    "DOUBTFUL_MOST",
     "EDGE_COAST",
     "MIN_FACE",
     "RELIABLE_FACE",
@@ -100,6 +101,13 @@ AROUND_CELL = 160
 AROUND_SCORE = 0.35
 """The least score of a face found by looking closely (enlarged, a face scores high: 0.8 on the 1080p test clips'
 27-px faces); lower, what a close look finds on background texture would keep a lost track going by itself."""
+
+DOUBTFUL_MOST = 0.5
+"""A face the sweep finds under :data:`STRICT_HIGH` that is taller than this fraction of the frame's height is
+dropped: the whole frame shrunk into the detector's input gives false faces as large as the frame at 0.15–0.27 (on
+the 1080p benchmark clip of seed 15, boxes 775–1028 px tall that, carried on by their tracks, blurred 34 % of the
+background over the clip and up to 85 % of a frame). A real face that large scores high, and where it did in another
+frame, its track fills the frame where it scored low."""
 
 SECOND_SCORE = 0.25
 """The least score of a face the second detector (``face.strict_second_detector``) adds (where the job's detector

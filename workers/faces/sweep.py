@@ -35,10 +35,12 @@ from shared.strict_blur import (
     AROUND_MOST,
     AROUND_NEW_IOU,
     AROUND_SCORE,
+    DOUBTFUL_MOST,
     MIN_FACE,
     RELIABLE_FACE,
     SECOND_MIN_FACE,
     SECOND_SCORE,
+    STRICT_HIGH,
     TURN,
     TURN_MIN_FACE_FACTOR,
     ZOOM,
@@ -127,6 +129,10 @@ class DetectionSweep:
         found += self._tiled(self.detector, frame.shape, lambda: frame, scale, threshold)
         for angle in self.turns:
             found += self._turned(frame, angle, scale / TURN_MIN_FACE_FACTOR, threshold)
+        # a doubtful face taller than a share of the frame is the shrunk whole frame's false alarm (a real face that
+        # large scores high, and where it did in another frame its track fills this one)
+        tallest = DOUBTFUL_MOST * frame.shape[0]
+        found = [f for f in found if f.score >= STRICT_HIGH or float(f.box[3] - f.box[1]) <= tallest]
         found = suppress_faces(found, threshold)
         # the close looks' faces, then the other detectors', add the faces the passes missed; where the job's
         # detector found one, its box stands (two boxes of one face that overlap too little for NMS would widen what is

@@ -4,15 +4,18 @@ sweep alone leaves one."""
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import numpy as np
+import pytest
 
-from shared.strict_blur import STRICT_LOW
+from shared.strict_blur import DOUBTFUL_MOST, STRICT_HIGH, STRICT_LOW
 from tests.support import crowd
 from tests.support.anonymiser_clips import ClipSpec, Truth, generate
 from tests.support.faces import detector
 from tests.support.media import read_frames
+from workers.faces import sweep
 from workers.faces.detection import Face
 from workers.faces.sweep import DetectionSweep
 
@@ -73,3 +76,18 @@ def _near(face: Face, truth: Truth) -> bool:
     centre = (face.box[:2] + face.box[2:]) / 2
     x1, y1, x2, y2 = truth.box
     return abs(centre[0] - (x1 + x2) / 2) < truth.size and abs(centre[1] - (y1 + y2) / 2) < truth.size
+
+
+def test_a_doubtful_face_taller_than_half_the_frame_is_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
+    # frame 11 of the 1080p benchmark clip of seed 15: a pass on the whole frame, shrunk into the detector's input,
+    # finds a false face 1028 px tall at 0.27; carried on by its track it blurred up to 85 % of a frame
+    frame, truths = next(itertools.islice(generate(ClipSpec(width=1920, height=1080, frames=40, seed=15)), 11, None))
+    tallest = DOUBTFUL_MOST * frame.shape[0]
+    monkeypatch.setattr(sweep, "DOUBTFUL_MOST", 10.0)  # no limit: the clip still shows the false face
+    unlimited = DetectionSweep(detector("yunet")).detect_frame(frame, STRICT_LOW, every_pass=True)
+    assert [f for f in unlimited if float(f.box[3] - f.box[1]) > tallest and f.score < STRICT_HIGH]
+    monkeypatch.undo()
+    found = DetectionSweep(detector("yunet")).detect_frame(frame, STRICT_LOW, every_pass=True)
+    assert not [f for f in found if float(f.box[3] - f.box[1]) > tallest]
+    # and the faces found with no limit are still found
+    assert all(any(_near(f, t) for f in found) for t in truths if any(_near(f, t) for f in unlimited))
