@@ -42,6 +42,7 @@ __all__ = [
     "AROUND_MOST",
     "AROUND_NEW_IOU",
     "AROUND_SCORE",
+    "COAST_BASE",
     "CUT_CORRELATION",
     "DOUBTFUL_MOST",
     "EDGE_COAST",
@@ -101,6 +102,12 @@ AROUND_CELL = 160
 AROUND_SCORE = 0.35
 """The least score of a face found by looking closely (enlarged, a face scores high: 0.8 on the 1080p test clips'
 27-px faces); lower, what a close look finds on background texture would keep a lost track going by itself."""
+
+COAST_BASE = 4
+"""A box carried on past a track's detections moves by the track's motion over its last (or first) this many
+detections, not its last step: a face half out of the frame's edge jitters from one detection to the next (on the
+720p benchmark clip of seed 16, the last step said 8 px a frame down where the face moved 6, and the box carried on
+slid off the face; 9 frames of it showed in a row)."""
 
 DOUBTFUL_MOST = 0.5
 """A face the sweep finds under :data:`STRICT_HIGH` that is taller than this fraction of the frame's height is

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import numpy.typing as npt
 
+from shared.strict_blur import COAST_BASE
 from workers.faces.association import box_iou, match_nearby, match_overlapping
 from workers.faces.detection import Face
 
@@ -78,13 +79,13 @@ class _Track:
     frames: dict[int, Face] = field(default_factory=dict)  # observed faces by frame
     last: int = -1
     velocity: FloatArray = field(default_factory=lambda: np.zeros(4, np.float32))
+    sure: int = -(10**9)  # the frame of its latest confident detection
 
     def observe(self, index: int, face: Face) -> None:
         if self.last >= 0:
             previous = self.frames[self.last].box
             step = (face.box - previous) / float(index - self.last)
-            # a new track's first step is taken as it is; later ones are blended, so one jittery box does not fling
-            # the prediction
+            # a new track's first step is taken as it is; later ones are blended (one jittery box flings nothing)
             self.velocity = step if len(self.frames) == 1 else 0.5 * self.velocity + 0.5 * step
         self.frames[index] = face
         self.last = index
@@ -106,15 +107,15 @@ class FaceTracker:
             the detector doubts is still hidden).
         reach: where more than 0, a detection no track's predicted box overlaps joins the track whose predicted box
             is nearest, within ``reach`` face sizes centre to centre and of a size within half to twice its own (an
-            anonymiser's choice: a small fast face moves further than its size between frames, and each frame would
-            otherwise start a new track, with no gap filled and no motion to look ahead with).
-        coast: frames after a track's last detection that its box, carried on by its last motion, is still handed
-            back (marked ``filled`` and ``lost``) where no later detection fills the gap, and frames before its first
-            detection that its box, carried back, is handed back (``filled``): an anonymiser's choice, so a face
-            leaving the frame or lost by the detector stays hidden, and one entering the frame or appearing after a
-            jump is hidden before the detector finds it (0: none; at most ``max_gap``).
-        edge_coast: a lost track whose last box reached the edge of the frame (:attr:`frame`, set by the caller) is
-            carried on for up to this many frames (if more than ``coast``) while its box still reaches into it.
+            anonymiser's choice: a small fast face moves further than its size between frames).
+        coast: frames after a track's last detection that its box, carried on by its motion over its last
+            :data:`~shared.strict_blur.COAST_BASE` detections, is still handed back (``filled`` and ``lost``) where no
+            later detection fills the gap, and frames before its first detection that its box, carried back, is
+            handed back (``filled``): an anonymiser's choice, so a face leaving the frame or lost stays hidden, and
+            one entering or appearing after a jump is hidden before it is found (0: none; at most ``max_gap``).
+        edge_coast: a lost track whose last box reached the edge of the frame (:attr:`frame`, set by the caller),
+            found confidently within ``context`` frames of its last detection, is carried on for up to this many
+            frames (if more than ``coast``) while its box still reaches into it.
 
     Raises:
         ValueError: thresholds out of order or out of range.
@@ -193,6 +194,7 @@ class FaceTracker:
             else:
                 track = found
             track.observe(index, face)
+            track.sure = index if face.score >= self.high else track.sure
             placed.append((face, track.ident))
         self._detected[index] = placed
         return [replace(face, track=ident) for face, ident in placed]
@@ -242,8 +244,6 @@ class FaceTracker:
             return []
         predicted = np.stack([t.predict(index) for t in tracks])
         return [(det, tracks[trk]) for det, trk in match_overlapping(np.stack([f.box for f in faces]), predicted)]
-
-    # -- decisions ----------------------------------------------------------------------------------------------
 
     def ready(self) -> Iterator[TrackedFrame]:
         """The frames whose faces are decided: every frame with ``context`` later frames fed, in order."""
@@ -316,9 +316,9 @@ class FaceTracker:
         before = sorted(f for f in track.frames if f < index)
         after = sorted(f for f in track.frames if f > index)
         if before and not after:
-            ends, lost = before[-1:] + before[-2:-1], True
+            ends, lost = before[-1:] + before[-COAST_BASE:-1][:1], True
         elif after and not before:
-            ends, lost = after[:1] + after[1:2], False
+            ends, lost = after[:1] + after[1:COAST_BASE][-1:], False
         else:
             return None
         end = ends[0]
@@ -348,9 +348,9 @@ class FaceTracker:
         if self.edge_coast <= self.coast or self.frame is None or track.last < 0:
             return self.max_gap
         x1, y1, x2, y2 = (float(v) for v in track.frames[track.last].box)
-        near = (y2 - y1) / 10  # a face, not a false alarm: a confident detection among its last two
+        near = (y2 - y1) / 10  # and a face, not a false alarm (found confidently not long before):
         at_edge = x1 <= near or y1 <= near or x2 >= self.frame[0] - near or y2 >= self.frame[1] - near
-        sure = max(track.frames[f].score for f in sorted(track.frames)[-2:]) >= self.high
+        sure = track.last - track.sure <= self.context
         return max(self.edge_coast, self.max_gap) if at_edge and sure else self.max_gap
 
     def _smoothed(self, track: _Track, index: int, face: Face) -> Face:
@@ -391,7 +391,7 @@ class FaceTracker:
         """Drop what no later decision reads: observations more than ``context`` frames behind ``index``."""
         horizon = index - self.context
         for track in self._tracks:
-            kept = sorted(track.frames)[-2:] if index - track.last < self._horizon(track) else []
+            kept = sorted(track.frames)[-COAST_BASE:] if index - track.last < self._horizon(track) else []
             for frame in [f for f in track.frames if f < horizon and f not in kept]:
                 del track.frames[frame]
         self._tracks = [t for t in self._tracks if t.frames]
