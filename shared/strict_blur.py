@@ -20,10 +20,12 @@ recall. Against a plain tracked job it:
 * shares its extra passes out over ``face.blur_scan_period`` frames (default :data:`SCAN_PERIOD`), except on a frame
   that starts a scene, which runs them all;
 * cuts its tracks at scene cuts (consecutive frames whose small grey thumbnails correlate below
-  :data:`CUT_CORRELATION`: no box moves or fills across a cut), and carries a track's box on by its last motion for
-  up to ``face.track_gap`` frames after its last detection (a face lost stays hidden), and for up to
-  :data:`EDGE_COAST` frames while its box still reaches into the frame where it was last seen at the frame's edge
-  (a face leaving the frame stays hidden until it has left);
+  :data:`CUT_CORRELATION`: no box moves or fills across a cut), and carries a track's box on by its motion over its
+  last :data:`COAST_BASE` detections for up to ``face.track_gap`` frames after its last detection (a face lost stays
+  hidden), and for up to :data:`EDGE_COAST` frames while its box still reaches into the frame where it was last seen
+  at the frame's edge, found confidently not long before (a face leaving the frame stays hidden until it has left);
+* drops a doubtful face taller than :data:`DOUBTFUL_MOST` of the frame (the shrunk whole frame's false alarms), and
+  keeps the second detector's faces only where the job's detector found none, at :data:`SECOND_SCORE` or more;
 * grows each box by ``face.blur_margin`` (default :data:`STRICT_MARGIN`) of its size on every side, with a soft
   edge that fades out within the margin.
 
@@ -107,7 +109,9 @@ COAST_BASE = 4
 """A box carried on past a track's detections moves by the track's motion over its last (or first) this many
 detections, not its last step: a face half out of the frame's edge jitters from one detection to the next (on the
 720p benchmark clip of seed 16, the last step said 8 px a frame down where the face moved 6, and the box carried on
-slid off the face; 9 frames of it showed in a row)."""
+slid off the face; 9 frames of it showed in a row). A box carried on after the last detection may grow with its
+face, never shrink: the boxes of the part of a face still in the frame are smaller than the face (with the second
+detector on that clip, the box shrank off the face and 6 frames showed in a row)."""
 
 DOUBTFUL_MOST = 0.5
 """A face the sweep finds under :data:`STRICT_HIGH` that is taller than this fraction of the frame's height is

@@ -328,19 +328,17 @@ class FaceTracker:
         step = np.zeros(4, np.float32)
         if len(ends) > 1:
             step = (face.box - track.frames[ends[1]].box) / float(end - ends[1])
+        if lost:  # a box carried on may grow with its face, never shrink: a face cut by the edge shows less of itself
+            centre, grow = (step[:2] + step[2:]) / 2, np.maximum(step[2:] - step[:2], 0.0) / 2
+            step = np.concatenate([centre - grow, centre + grow])
         shift = step * float(index - end)
         x1, y1, x2, y2 = (float(v) for v in face.box + shift)
         reaches_in = self.frame is not None and x1 < self.frame[0] and x2 > 0 and y1 < self.frame[1] and y2 > 0
         if abs(index - end) > self.coast and not (lost and index - end <= self._horizon(track) and reaches_in):
             return None
-        offset = (shift[:2] + shift[2:]) / 2
+        box, points = np.asarray(face.box + shift, np.float32), face.landmarks + (shift[:2] + shift[2:]) / 2
         return Face(
-            box=np.asarray(face.box + shift, np.float32),
-            landmarks=np.asarray(face.landmarks + offset, np.float32),
-            score=face.score,
-            track=track.ident,
-            filled=True,
-            lost=lost,
+            box=box, landmarks=points.astype(np.float32), score=face.score, track=track.ident, filled=True, lost=lost
         )
 
     def _horizon(self, track: _Track) -> int:
