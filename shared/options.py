@@ -142,8 +142,8 @@ class FaceOptions(BaseModel):
         ge=160,
         le=1280,
         multiple_of=32,
-        description="The size frames are detected at; the fixed-size models (yunet, yolo_face) letterbox a smaller "
-        "size and detect a larger one in overlapping tiles",
+        description="The size frames are detected at; the fixed-size models letterbox a smaller size and detect a "
+        "larger one in one run where the network takes any size (yunet), else in overlapping tiles",
     )
     detector_score: float = Field(0.5, gt=0.0, lt=1.0, description="Least score a detection needs to count")
     selector_mode: SelectorMode = Field(
@@ -187,7 +187,8 @@ class FaceOptions(BaseModel):
         le=8,
         description="face_blur strict: the frames its extra detection passes (tiles, turned frames) are shared out "
         "over; each frame still runs the whole-frame pass and looks closely where its tracks expect their faces. "
-        "Higher is faster; a face only those passes find waits up to this many frames to be found",
+        "Higher is faster; a face only those passes find waits up to this many frames to be found. At 1, yunet sees "
+        "each enlarged frame in one run, not in tiles",
     )
     blur_uncertain: BlurUncertain = Field(
         "faces",

@@ -97,8 +97,9 @@ def describe_options(options: Mapping[str, str]) -> str:
     return ", ".join(f"{key}={value}" for key, value in sorted(options.items())) or "default options"
 
 
-# A session's key: the model file's resolved path, its mtime and the providers with their options, in order.
-_SessionKey = tuple[str, int, tuple[tuple[str, tuple[tuple[str, str], ...]], ...]]
+# A session's key: the model file's resolved path, its mtime, the providers with their options, in order, and whether
+# the model's spatial sizes were freed (:meth:`OnnxEngine.any_size`).
+_SessionKey = tuple[str, int, tuple[tuple[str, tuple[tuple[str, str], ...]], ...], bool]
 _SESSIONS: dict[_SessionKey, Any] = {}  # this process's sessions, shared by the engines of one file and providers
 _SESSIONS_LOCK = threading.Lock()
 
@@ -107,7 +108,7 @@ def cached_models() -> list[Path]:
     """The model files this process keeps an ONNX Runtime session of (one entry per provider list), for the next
     engine that loads one to share."""
     with _SESSIONS_LOCK:
-        return [Path(path) for path, _, _ in _SESSIONS]
+        return [Path(path) for path, _, _, _ in _SESSIONS]
 
 
 def release_sessions() -> None:
@@ -127,7 +128,9 @@ def _session(key: _SessionKey) -> Any:
         return _SESSIONS.setdefault(key, session)
 
 
-def _new_session(path: str, mtime_ns: int, providers: tuple[tuple[str, tuple[tuple[str, str], ...]], ...]) -> Any:
+def _new_session(
+    path: str, mtime_ns: int, providers: tuple[tuple[str, tuple[tuple[str, str], ...]], ...], any_size: bool
+) -> Any:
     import onnxruntime
 
     options = onnxruntime.SessionOptions()
@@ -138,12 +141,29 @@ def _new_session(path: str, mtime_ns: int, providers: tuple[tuple[str, tuple[tup
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     try:
         return onnxruntime.InferenceSession(
-            path,
+            _any_size(path) if any_size else path,
             sess_options=options,
             providers=[(name, dict(options_of)) for name, options_of in providers],
         )
     except Exception as error:  # ORT raises its own untyped exceptions for unreadable or invalid files
         raise ModelError(f"cannot load model {path}: {error}") from error
+
+
+def _any_size(path: str) -> bytes:
+    """The model at ``path`` with its first input's height and width left free, and no sizes declared for its
+    outputs and intermediate values (a fully convolutional model exported at one size computes them from its
+    input's)."""
+    import onnx
+
+    model = onnx.load(path)
+    dims = model.graph.input[0].type.tensor_type.shape.dim
+    if len(dims) != 4:
+        raise ModelError(f"cannot free the spatial size of {path}: its input is not [N, C, H, W]")
+    dims[2].dim_param, dims[3].dim_param = "height", "width"
+    for output in model.graph.output:
+        output.type.tensor_type.ClearField("shape")
+    del model.graph.value_info[:]
+    return bytes(model.SerializeToString())
 
 
 class OnnxEngine:
@@ -162,6 +182,7 @@ class OnnxEngine:
         self._output_names = tuple(str(node.name) for node in session.get_outputs())
         self._input_shapes: dict[str, tuple[Dimension, ...]] = {node.name: tuple(node.shape) for node in inputs}
         self._input_dtypes = {node.name: _DTYPES.get(node.type, np.dtype(np.float32)) for node in inputs}
+        self._any_size: OnnxEngine | None = None
 
     @classmethod
     def load(cls, path: Path, settings: Settings, *, spatial_size: int | None = None) -> OnnxEngine:
@@ -183,7 +204,7 @@ class OnnxEngine:
         except OSError as error:
             raise ModelError(f"cannot load model {path}: {error}") from error
         keyed = tuple((name, tuple(sorted(provider_options(name, settings).items()))) for name in providers)
-        key: _SessionKey = (str(resolved), mtime_ns, keyed)
+        key: _SessionKey = (str(resolved), mtime_ns, keyed, False)
         session = _session(key)
         chosen = dict(keyed)
         active = [
@@ -200,6 +221,27 @@ class OnnxEngine:
         with _SESSIONS_LOCK:
             if self._key is not None and _SESSIONS.get(self._key) is self._session:
                 del _SESSIONS[self._key]
+        if self._any_size is not None and self._any_size is not self:
+            self._any_size.release()
+
+    def any_size(self) -> OnnxEngine:
+        """This model with its input's height and width free: one run takes a picture of any size (a fully
+        convolutional detector exported at 640 px runs a whole enlarged HD frame at once, where 15 tiles of it took
+        1.45 times as long, docs/performance.md). Itself where they are free already; kept as its session is.
+
+        Raises:
+            ModelError: the model's first input is not ``[N, C, H, W]``, or the model fails to load so.
+        """
+        shape = self._input_shapes[self._input_names[0]]
+        if len(shape) == 4 and not isinstance(shape[2], int) and not isinstance(shape[3], int):
+            return self
+        if self._any_size is None:
+            if self._key is None:
+                raise ModelError("cannot free the spatial size of a model not loaded from a file")
+            path, mtime_ns, providers, _ = self._key
+            key: _SessionKey = (path, mtime_ns, providers, True)
+            self._any_size = OnnxEngine(_session(key), spatial_size=self._spatial_size, key=key)
+        return self._any_size
 
     @property
     def input_names(self) -> tuple[str, ...]:

@@ -8,7 +8,6 @@ its score threshold and runs ``cv2.dnn.NMSBoxes`` at IoU 0.4 (:data:`NMS_THRESHO
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
@@ -21,6 +20,8 @@ from shared.errors import ModelError
 from workers.engines.base import Tensor
 
 FloatArray = npt.NDArray[np.float32]
+Size = int | tuple[int, int]
+"""A detector input's size: its side where it is square, else ``(height, width)``."""
 
 NMS_THRESHOLD = 0.4
 STRIDES: tuple[int, ...] = (8, 16, 32)
@@ -53,8 +54,12 @@ def named_by_stride(outputs: Iterable[str]) -> bool:
     return all(_NAMED_OUTPUT.match(name) for name in outputs)
 
 
+def _sides(size: Size) -> tuple[int, int]:
+    return (size, size) if isinstance(size, int) else size
+
+
 def place_output(
-    name: str, rows: int, width: int, *, by_name: bool, size: int, anchors: int, kinds: Sequence[str]
+    name: str, rows: int, width: int, *, by_name: bool, size: Size, anchors: int, kinds: Sequence[str]
 ) -> tuple[str, int]:
     """The ``(kind, stride)`` of a per-stride detector output of ``rows`` rows of ``width`` values per image: read
     from its name where every output is named so (``score_8``, ``bbox_16`` …), else from its shape.
@@ -68,15 +73,15 @@ def place_output(
         kind, stride = match["kind"], int(match["stride"])
         return ("score" if kind == "cls" and "cls" not in kinds else kind), stride
     kind_or_none = _KIND_BY_WIDTH.get(width)
-    cells = rows / anchors
-    side = math.isqrt(int(cells))
-    if kind_or_none is None or side * side != cells or side == 0 or size % side:
+    height, across = _sides(size)
+    strides = [s for s in STRIDES if (height // s) * (across // s) * anchors == rows]
+    if kind_or_none is None or len(strides) != 1:
         raise ModelError(f"cannot place detector output {name!r} of {rows} rows of {width}")
-    return kind_or_none, size // side
+    return kind_or_none, strides[0]
 
 
 def _grid_outputs(
-    outputs: Mapping[str, Tensor], size: int, anchors: int, kinds: Sequence[str]
+    outputs: Mapping[str, Tensor], size: Size, anchors: int, kinds: Sequence[str]
 ) -> dict[tuple[str, int], FloatArray]:
     """Key per-stride outputs by ``(kind, stride)``: by name where names say it, otherwise by shape.
 
@@ -98,7 +103,7 @@ def _grid_outputs(
         for kind in kinds:
             if (kind, stride) not in arranged:
                 raise ModelError(f"detector outputs lack {kind} at stride {stride}: got {sorted(outputs)}")
-            expected = (size // stride) ** 2 * anchors
+            expected = (_sides(size)[0] // stride) * (_sides(size)[1] // stride) * anchors
             if arranged[(kind, stride)].shape[0] != expected:
                 raise ModelError(
                     f"detector output {kind}_{stride} has {arranged[(kind, stride)].shape[0]} rows, "
@@ -107,10 +112,10 @@ def _grid_outputs(
     return arranged
 
 
-def _anchor_centres(size: int, stride: int, anchors: int) -> FloatArray:
+def _anchor_centres(size: Size, stride: int, anchors: int) -> FloatArray:
     """Cell origins ``(x, y)·stride``, row-major with x fastest, each repeated ``anchors`` times."""
-    cells = size // stride
-    ys, xs = np.mgrid[:cells, :cells]
+    height, width = _sides(size)
+    ys, xs = np.mgrid[: height // stride, : width // stride]
     centres = np.stack((xs, ys), axis=-1).reshape(-1, 2).astype(np.float32) * stride
     return np.repeat(centres, anchors, axis=0)
 
@@ -130,7 +135,7 @@ def suppress_detections(boxes: FloatArray, scores: FloatArray, landmarks: FloatA
     return Detections(boxes[keep], scores[keep], landmarks[keep])
 
 
-def decode_yunet(outputs: Mapping[str, Tensor], size: int, threshold: float) -> Detections:
+def decode_yunet(outputs: Mapping[str, Tensor], size: Size, threshold: float) -> Detections:
     """Decode YuNet (OpenCV Zoo 2023mar): per stride ``cls``, ``obj`` [N,1], ``bbox`` [N,4], ``kps`` [N,10].
 
     One prior per cell; score = cls·obj (FaceFusion's rule); centre = d[:2]·s + cell; size = exp(d[2:4])·s;
@@ -155,7 +160,7 @@ def decode_yunet(outputs: Mapping[str, Tensor], size: int, threshold: float) -> 
     return suppress_detections(np.concatenate(boxes), np.concatenate(scores), np.concatenate(landmarks), threshold)
 
 
-def decode_scrfd(outputs: Mapping[str, Tensor], size: int, threshold: float) -> Detections:
+def decode_scrfd(outputs: Mapping[str, Tensor], size: Size, threshold: float) -> Detections:
     """Decode the insightface SCRFD/RetinaFace layout: per stride ``score``, ``bbox``, ``kps`` [N, 1/4/10].
 
     Two anchors per cell; scores are already sigmoid-ed; box = cell ∓/± d·s (left, top, right, bottom);
@@ -178,7 +183,7 @@ def decode_scrfd(outputs: Mapping[str, Tensor], size: int, threshold: float) -> 
     return suppress_detections(np.concatenate(boxes), np.concatenate(scores), np.concatenate(landmarks), threshold)
 
 
-def decode_yolo_face(outputs: Mapping[str, Tensor], size: int, threshold: float) -> Detections:
+def decode_yolo_face(outputs: Mapping[str, Tensor], size: Size, threshold: float) -> Detections:
     """Decode YOLOv8-face: one output [1, 20, N] of ``cx, cy, w, h, score`` and 5 × ``(x, y, visibility)``."""
     if len(outputs) != 1:
         raise ModelError(f"yolo_face has one output, got {sorted(outputs)}")

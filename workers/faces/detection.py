@@ -24,7 +24,14 @@ from shared.settings import Settings
 from workers.engines.base import Engine, Tensor
 from workers.engines.onnx import OnnxEngine
 from workers.faces.decoding import NMS_THRESHOLD as NMS_THRESHOLD  # re-exported
-from workers.faces.decoding import Detections, decode_scrfd, decode_yolo_face, decode_yunet, suppress_detections
+from workers.faces.decoding import (
+    Detections,
+    Size,
+    decode_scrfd,
+    decode_yolo_face,
+    decode_yunet,
+    suppress_detections,
+)
 from workers.faces.tensors import picture_to_tensor
 from workers.models.download import resolve
 from workers.models.registry import REGISTRY, ColourOrder, Normalisation
@@ -69,7 +76,7 @@ class Face:
         return replace(self, embedding=embedding)
 
 
-Decoder = Callable[[Mapping[str, Tensor], int, float], Detections]
+Decoder = Callable[[Mapping[str, Tensor], Size, float], Detections]
 
 
 @dataclass(frozen=True)
@@ -81,11 +88,15 @@ class DetectorSpec:
             (:data:`workers.models.registry.REGISTRY`).
         fixed_size: the only input size the published model accepts, or ``None`` for any multiple of 32.
         decode: turns the named outputs, the input size and a score threshold into :class:`Detections`.
+        any_size: the network is fully convolutional: with its input's height and width freed
+            (:meth:`~workers.engines.onnx.OnnxEngine.any_size`) one run takes a picture of any size (multiples of
+            32), in place of tiles.
     """
 
     model: str
     fixed_size: int | None
     decode: Decoder
+    any_size: bool = False
 
     @property
     def normalisation(self) -> Normalisation:
@@ -125,7 +136,7 @@ def letterbox(frame: Frame, size: int) -> tuple[Frame, float]:
 
 DETECTORS: Mapping[Detector, DetectorSpec] = MappingProxyType(
     {
-        "yunet": DetectorSpec("yunet", fixed_size=640, decode=decode_yunet),
+        "yunet": DetectorSpec("yunet", fixed_size=640, decode=decode_yunet, any_size=True),
         "scrfd": DetectorSpec("scrfd_2.5g", fixed_size=None, decode=decode_scrfd),
         "retinaface": DetectorSpec("retinaface_10g", fixed_size=None, decode=decode_scrfd),
         "yolo_face": DetectorSpec("yoloface_8n", fixed_size=640, decode=decode_yolo_face),
@@ -151,6 +162,7 @@ class FaceDetector:
         size: int = 640,
         score: float = 0.5,
         input_size: int | None = None,
+        at_once: bool = True,
     ) -> None:
         """Wrap a loaded detector model.
 
@@ -163,6 +175,10 @@ class FaceDetector:
                 (:meth:`detect_frame`).
             score: the minimum confidence kept.
             input_size: the model's square input; default: the family's fixed size, else ``size``.
+            at_once: where the frame seen at ``size`` is larger than the input and the family's network takes any
+                size (:attr:`DetectorSpec.any_size`), detect it in one run, not in tiles. Off for a caller that
+                shares the tiles out over consecutive frames (strict mode's scan period): each frame then sees half
+                the tiles, and their overlaps every frame.
         """
         self.spec = DETECTORS[detector]
         input_size = input_size or self.spec.fixed_size or size
@@ -173,6 +189,7 @@ class FaceDetector:
         self.size = input_size
         self.view = size
         self.score = score
+        self.at_once = at_once
         self.runs = 0  # model runs so far (the detector calls a job's events count)
         self._input_name = engine.input_names[0]
 
@@ -205,9 +222,10 @@ class FaceDetector:
         """The faces in one BGR frame, highest score first, at or above ``score`` (default: the detector's).
 
         The frame is seen at the scale that fits it into a :attr:`view`-sided square (never enlarged). Where that
-        is larger than the model's input, the scaled frame is cut into input-sized tiles overlapping by
-        :data:`TILE_OVERLAP` of a tile, each detected on its own, plus one pass over the whole frame for faces
-        larger than the overlap; a tile's faces that touch its inner edges are left to the tile (or the whole
+        is larger than the model's input, the scaled frame is detected in one run where the model takes any size
+        (:attr:`at_once`), else cut into input-sized tiles overlapping by :data:`TILE_OVERLAP` of a tile, each
+        detected on its own; either way plus one pass over the whole frame shrunk into the input for faces larger
+        than the overlap; a tile's faces that touch its inner edges are left to the tile (or the whole
         pass) that holds them entire, and the rest is merged by NMS. ``whole_pass=False`` leaves out the pass over
         the whole frame (for a caller that has run it already); ``tiles`` (one flag per run of :meth:`tile_runs`, in
         order) runs only the tiles flagged.
@@ -223,6 +241,11 @@ class FaceDetector:
             return _faces(found, found_scale)
         scaled = _fit(frame, scaled_w, scaled_h)
         parts = [self._whole(frame, threshold, scale)] if whole_pass else []
+        if self._at_once(scaled_w, scaled_h):
+            if tiles is None or tiles[0]:
+                found = self._run_at_once(scaled, threshold)
+                parts.append(Detections(found.boxes / scale, found.scores, found.landmarks / scale))
+            return _faces(_merged(parts, threshold), 1.0)
         due = [
             origin
             for number, origin in enumerate(_tiles(scaled_w, scaled_h, self.size))
@@ -240,22 +263,38 @@ class FaceDetector:
                     (tile.landmarks[inner] + offset) / scale,
                 )
             )
-        merged = suppress_detections(
-            np.concatenate([p.boxes for p in parts]),
-            np.concatenate([p.scores for p in parts]),
-            np.concatenate([p.landmarks for p in parts]),
-            threshold,
-        )
-        return _faces(merged, 1.0)
+        return _faces(_merged(parts, threshold), 1.0)
 
     def tile_runs(self, height: int, width: int) -> int:
         """The model runs :meth:`detect_frame` makes on a ``height``×``width`` frame besides its whole pass: its
         tiles, or 1 where the frame fits the input whole."""
         scale = min(self.view / height, self.view / width, 1.0)
         scaled_w, scaled_h = max(1, round(width * scale)), max(1, round(height * scale))
-        if scaled_w <= self.size and scaled_h <= self.size:
+        if (scaled_w <= self.size and scaled_h <= self.size) or self._at_once(scaled_w, scaled_h):
             return 1
         return len(_tiles(scaled_w, scaled_h, self.size))
+
+    def _at_once(self, width: int, height: int) -> bool:
+        """Whether a ``width``×``height`` picture larger than the input is detected in one run, not in tiles: the
+        family's network takes any size, the engine can free it, and the picture is at most
+        :data:`AT_ONCE_MOST` pixels."""
+        return (
+            self.at_once
+            and self.spec.any_size
+            and isinstance(self.engine, OnnxEngine)
+            and width * height <= AT_ONCE_MOST
+        )
+
+    def _run_at_once(self, picture: Frame, threshold: float) -> Detections:
+        """Detections in the whole of ``picture`` (zero-padded bottom/right to multiples of 32), in its coordinates:
+        one run of the model with its spatial size freed."""
+        assert isinstance(self.engine, OnnxEngine)
+        engine = self.engine.any_size()
+        height, width = (-(-side // 32) * 32 for side in picture.shape[:2])
+        tensor = picture_to_tensor(picture, (height, width), self.spec.normalisation, self.spec.colour_order)
+        outputs = engine.run({engine.input_names[0]: tensor})
+        self.runs += 1
+        return self.spec.decode(dict(zip(engine.output_names, outputs, strict=True)), (height, width), threshold)
 
     def _whole(self, frame: Frame, threshold: float, scale: float) -> Detections:
         """The whole frame shrunk into the model's input: its faces in frame coordinates."""
@@ -305,6 +344,10 @@ def _new_tile_pool() -> None:
 
 os.register_at_fork(after_in_child=_new_tile_pool)
 
+AT_ONCE_MOST = 4096 * 4096
+"""The largest picture (pixels) a detector that takes any size runs at once; a larger one is tiled. A 5120×2880
+picture (a 4K frame enlarged for 24-px faces) took 293 ms in one run, its 66 tiles 376 ms (2026-12-06)."""
+
 TILE_OVERLAP = 0.25
 """Tiles overlap by this fraction of a tile, so a face up to that size lies whole in one of them."""
 
@@ -342,6 +385,15 @@ def _inside(boxes: FloatArray, x0: int, y0: int, tile: int, width: int, height: 
     if y0 + tile < height:
         keep &= boxes[:, 3] < tile - _EDGE
     return keep
+
+
+def _merged(parts: Sequence[Detections], threshold: float) -> Detections:
+    return suppress_detections(
+        np.concatenate([p.boxes for p in parts]),
+        np.concatenate([p.scores for p in parts]),
+        np.concatenate([p.landmarks for p in parts]),
+        threshold,
+    )
 
 
 def _faces(found: Detections, scale: float) -> list[Face]:

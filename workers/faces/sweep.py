@@ -8,7 +8,9 @@ face, so an anonymiser's sweep also detects:
 
 * the frame in tiles of the model's input (``face.detector_size``'s tiling, :meth:`FaceDetector.detect_frame`) at
   the scale where ``min_face`` source pixels are :data:`~shared.strict_blur.RELIABLE_FACE` detector pixels: at
-  native resolution, enlarged or shrunk as that asks;
+  native resolution, enlarged or shrunk as that asks (in one run, where the model takes any size and the passes are
+  not shared out over frames: shared, tiles that overlap are seen on every frame where one picture would be seen
+  every other);
 * the frame turned by ±:data:`TURN` degrees (a face turned by up to 40° is then within 10–15° of upright in one of
   them), tiled for faces :data:`~shared.strict_blur.TURN_MIN_FACE_FACTOR` times ``min_face``;
 * with a second detector, the upright tiles again with it (its faces kept where the job's detector found none).
@@ -185,7 +187,9 @@ class DetectionSweep:
         size = (max(1, round(width * factor)), max(1, round(height * factor)))
         per_pixel = min(scale / factor, 1.0)  # tile pixels per pixel of the enlarged picture
         view = _round32(max(size) * per_pixel)
-        tiled = FaceDetector(model.engine, model.detector, size=view, score=threshold, input_size=model.size)
+        tiled = FaceDetector(
+            model.engine, model.detector, size=view, score=threshold, input_size=model.size, at_once=self.period == 1
+        )
         due = self._take(tiled.tile_runs(size[1], size[0]))
         if not any(due):
             return []

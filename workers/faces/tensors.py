@@ -36,14 +36,19 @@ def crops_to_tensor(crops: Crops, normalisation: Normalisation, colour_order: Co
 
 
 def picture_to_tensor(
-    picture: npt.NDArray[np.uint8], size: int, normalisation: Normalisation, colour_order: ColourOrder
+    picture: npt.NDArray[np.uint8],
+    size: int | tuple[int, int],
+    normalisation: Normalisation,
+    colour_order: ColourOrder,
 ) -> FloatArray:
-    """One BGR uint8 picture of at most ``size``×``size`` → ``[1, 3, size, size]`` float32, normalised as the model
-    expects, padded at the bottom and right as a black picture would be (what :func:`crops_to_tensor` gives for
-    the picture pasted on a black square, to the bit, without the square)."""
+    """One BGR uint8 picture of at most ``size``×``size`` (or ``(height, width)``) → ``[1, 3, size, size]`` (or
+    ``[1, 3, height, width]``) float32, normalised as the model expects, padded at the bottom and right as a black
+    picture would be (what :func:`crops_to_tensor` gives for the picture pasted on a black square, to the bit,
+    without the square)."""
     height, width = picture.shape[:2]
-    out = np.empty((1, 3, size, size), np.float32)
-    if height < size or width < size:
+    rows, columns = (size, size) if isinstance(size, int) else size
+    out = np.empty((1, 3, rows, columns), np.float32)
+    if height < rows or width < columns:
         mean = np.asarray(normalisation.mean, np.float32)
         padding = (np.float32(0) - mean) / np.asarray(normalisation.std, np.float32)
         out[0] = padding[:, None, None]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import logging
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,7 @@ import pytest
 
 from shared.errors import ModelError
 from shared.settings import Settings
+from tests.support.faces import MODELS, cpu_settings
 from tests.support.replicas import (
     arcface_w600k_r50,
     codeformer,
@@ -133,6 +135,28 @@ def test_a_model_file_is_loaded_once_per_process(tmp_path: Path) -> None:
     settings = replica_settings(tmp_path / "models")
     first, second = OnnxEngine.load(path, settings), OnnxEngine.load(path, settings)
     assert first._session is second._session
+
+
+@pytest.mark.skipif(not MODELS.exists(), reason="the reference data folder is not beside the checkout")
+def test_a_detector_exported_at_one_size_takes_any_size_once_freed_and_is_released_with_its_engine(
+    tmp_path: Path,
+) -> None:
+    """YuNet's file takes 640×640 only; freed of its spatial size it runs a 1280×736 picture at once (its outputs
+    sized by the picture), and forgetting the engine's session forgets the freed one too."""
+    path = tmp_path / "yunet_2023mar.onnx"
+    shutil.copyfile(MODELS / "yunet_2023mar.onnx", path)
+    fixed = OnnxEngine.load(path, cpu_settings())
+    picture = {"input": np.zeros((1, 3, 736, 1280), np.float32)}
+    with pytest.raises(Exception, match="dimensions"):
+        fixed.run(picture)
+    freed = fixed.any_size()
+    assert fixed.any_size() is freed and freed.any_size() is freed
+    named = dict(zip(freed.output_names, freed.run(picture), strict=True))
+    sizes = [named[f"cls_{stride}"].shape for stride in (8, 16, 32)]
+    assert sizes == [(1, 92 * 160, 1), (1, 46 * 80, 1), (1, 23 * 40, 1)]
+    assert cached_models().count(path.resolve()) == 2
+    fixed.release()
+    assert path.resolve() not in cached_models()
 
 
 def test_released_models_are_loaded_again_on_their_next_use(tmp_path: Path) -> None:

@@ -95,6 +95,25 @@ def test_yunet_decoder_matches_opencvs_own_yunet() -> None:
         assert face.score == pytest.approx(float(row[14]) ** 2, abs=1e-4)
 
 
+def test_a_frame_larger_than_yunets_input_is_detected_in_one_run_as_opencvs_own_yunet_detects_it() -> None:
+    """YuNet is fully convolutional: a 1080p frame seen at 1280 px is one 1280×720 run (padded to 1280×736), not six
+    640-px tiles, and finds what OpenCV's FaceDetectorYN, which sizes the same file to its input, finds there."""
+    frame = clip_frames("crowd_1080p.mp4", slice(50, 51))[0]
+    tiled = FaceDetector(engine(MODELS / "yunet_2023mar.onnx"), "yunet", size=1280, score=0.25)
+    ours = tiled.detect_frame(frame, whole_pass=False)
+    assert tiled.runs == tiled.tile_runs(1080, 1920) == 1
+    reference = cv2.FaceDetectorYN.create(str(MODELS / "yunet_2023mar.onnx"), "", (1280, 720), 0.5, 0.4, 5000)
+    _, rows = reference.detect(cv2.resize(frame, (1280, 720)))
+    assert len(ours) == len(rows) >= 8
+    scale = 1280 / 1920
+    for row in rows:
+        box = np.array([row[0], row[1], row[0] + row[2], row[1] + row[3]]) / scale
+        face = max(ours, key=lambda candidate: _iou(candidate.box, box))
+        np.testing.assert_allclose(face.box, box, atol=0.05)
+        np.testing.assert_allclose(face.landmarks, row[4:14].reshape(5, 2) / scale, atol=0.05)
+        assert face.score == pytest.approx(float(row[14]) ** 2, abs=1e-4)
+
+
 @pytest.mark.parametrize("kind", ["yunet", "scrfd"])
 def test_a_face_in_every_frame_of_d18(kind: str) -> None:
     frames = clip_frames("d18.mp4", slice(None, None, 1 if kind == "yunet" else 3))
@@ -193,7 +212,9 @@ def test_engine_is_called_once_per_frame() -> None:
     assert calls == [1, 1, 1, 1]
 
 
-def test_detector_size_is_honoured_by_a_fixed_size_model_through_tiles_and_letterbox() -> None:
+def test_detector_size_is_honoured_by_a_fixed_size_model_at_once_and_letterboxed() -> None:
+    """A file exported for 640 px sees a frame larger than that in one run of the model freed of its size (the
+    SCRFD file, whose upsampling is fixed to its input, in tiles: the next test)."""
     frame = clip_frames("crowd_1080p.mp4", slice(50, 51))[0]  # 1080p; background faces about 30-60 px tall
     model = engine(MODELS / "yunet_2023mar.onnx")
     found = {size: FaceDetector(model, "yunet", size=size).detect_frame(frame) for size in (320, 640, 1280)}
@@ -216,7 +237,8 @@ def test_a_forked_child_detects_in_tiles_after_its_parent_did() -> None:
     """A frame's tiles run on a thread pool; a process forked after its parent detected in tiles (a prefork worker,
     a fork-started test farm) gets a pool of its own, where the parent's threads would never run its tiles."""
     frame = clip_frames("crowd_1080p.mp4", slice(50, 51))[0]
-    tiled = FaceDetector(engine(MODELS / "yunet_2023mar.onnx"), "yunet", size=1280)
+    tiled = FaceDetector(detector("scrfd").engine, "scrfd", size=1280, input_size=640)  # fixed to its input: tiled
+    assert tiled.tile_runs(1080, 1920) == 6
     expected = len(tiled.detect_frame(frame))
     reader, writer = os.pipe()
     child = os.fork()
