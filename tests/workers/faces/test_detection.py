@@ -79,6 +79,17 @@ def test_yunet_and_scrfd_agree_on_where_the_faces_are() -> None:
         assert np.abs(face.landmarks - best.landmarks).max() < 0.15 * (face.box[2] - face.box[0])
 
 
+def _same_as_opencv(ours: list[Face], rows: np.ndarray, scale: float) -> None:
+    """Each face OpenCV's FaceDetectorYN found (``rows``, in a picture ``scale`` times the frame) is one of ``ours``:
+    box and landmarks within 0.05 px, score its squared score (OpenCV's is sqrt(cls·obj))."""
+    for row in rows:
+        box = np.array([row[0], row[1], row[0] + row[2], row[1] + row[3]]) / scale
+        face = max(ours, key=lambda candidate: _iou(candidate.box, box))
+        np.testing.assert_allclose(face.box, box, atol=0.05)
+        np.testing.assert_allclose(face.landmarks, row[4:14].reshape(5, 2) / scale, atol=0.05)
+        assert face.score == pytest.approx(float(row[14]) ** 2, abs=1e-4)
+
+
 def test_yunet_decoder_matches_opencvs_own_yunet() -> None:
     """OpenCV's FaceDetectorYN runs the same file with its C++ decoder; its score is sqrt(cls·obj)."""
     frame = image("group6.jpg")
@@ -87,12 +98,7 @@ def test_yunet_decoder_matches_opencvs_own_yunet() -> None:
     _, rows = reference.detect(canvas)
     ours = detector("yunet", score=0.25).detect_frame(frame)
     assert len(ours) == len(rows) == 6
-    for row in rows:
-        box = np.array([row[0], row[1], row[0] + row[2], row[1] + row[3]]) / scale
-        face = max(ours, key=lambda candidate: _iou(candidate.box, box))
-        np.testing.assert_allclose(face.box, box, atol=0.05)
-        np.testing.assert_allclose(face.landmarks, row[4:14].reshape(5, 2) / scale, atol=0.05)
-        assert face.score == pytest.approx(float(row[14]) ** 2, abs=1e-4)
+    _same_as_opencv(ours, rows, scale)
 
 
 def test_a_frame_larger_than_yunets_input_is_detected_in_one_run_as_opencvs_own_yunet_detects_it() -> None:
@@ -105,13 +111,7 @@ def test_a_frame_larger_than_yunets_input_is_detected_in_one_run_as_opencvs_own_
     reference = cv2.FaceDetectorYN.create(str(MODELS / "yunet_2023mar.onnx"), "", (1280, 720), 0.5, 0.4, 5000)
     _, rows = reference.detect(cv2.resize(frame, (1280, 720)))
     assert len(ours) == len(rows) >= 8
-    scale = 1280 / 1920
-    for row in rows:
-        box = np.array([row[0], row[1], row[0] + row[2], row[1] + row[3]]) / scale
-        face = max(ours, key=lambda candidate: _iou(candidate.box, box))
-        np.testing.assert_allclose(face.box, box, atol=0.05)
-        np.testing.assert_allclose(face.landmarks, row[4:14].reshape(5, 2) / scale, atol=0.05)
-        assert face.score == pytest.approx(float(row[14]) ** 2, abs=1e-4)
+    _same_as_opencv(ours, rows, 1280 / 1920)
 
 
 @pytest.mark.parametrize("kind", ["yunet", "scrfd"])
