@@ -9,9 +9,7 @@ boxes and landmarks are divided by the kept scale to land in frame coordinates. 
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
@@ -33,6 +31,7 @@ from workers.faces.decoding import (
     suppress_detections,
 )
 from workers.faces.tensors import picture_to_tensor
+from workers.faces.tiling import AT_ONCE_MOST, inside_tile, seen_at, tile_origins, tile_pool
 from workers.models.download import resolve
 from workers.models.registry import REGISTRY, ColourOrder, Normalisation
 
@@ -223,7 +222,7 @@ class FaceDetector:
 
         The frame is seen at the scale that fits it into a :attr:`view`-sided square (never enlarged). Where that
         is larger than the model's input, the scaled frame is detected in one run where the model takes any size
-        (:attr:`at_once`), else cut into input-sized tiles overlapping by :data:`TILE_OVERLAP` of a tile, each
+        (:attr:`at_once`), else cut into input-sized tiles overlapping by :data:`~workers.faces.tiling.TILE_OVERLAP` of a tile, each
         detected on its own; either way plus one pass over the whole frame shrunk into the input for faces larger
         than the overlap; a tile's faces that touch its inner edges are left to the tile (or the whole
         pass) that holds them entire, and the rest is merged by NMS. ``whole_pass=False`` leaves out the pass over
@@ -232,8 +231,7 @@ class FaceDetector:
         """
         threshold = self.score if score is None else score
         height, width = frame.shape[:2]
-        scale = min(self.view / height, self.view / width, 1.0)
-        scaled_w, scaled_h = max(1, round(width * scale)), max(1, round(height * scale))
+        scale, (scaled_w, scaled_h) = seen_at(height, width, self.view)
         if scaled_w <= self.size and scaled_h <= self.size:
             if tiles is not None and not tiles[0]:
                 return []
@@ -248,13 +246,13 @@ class FaceDetector:
             return _faces(_merged(parts, threshold), 1.0)
         due = [
             origin
-            for number, origin in enumerate(_tiles(scaled_w, scaled_h, self.size))
+            for number, origin in enumerate(tile_origins(scaled_w, scaled_h, self.size))
             if tiles is None or tiles[number]
         ]
-        detected = list(_TILE_POOL.map(lambda origin: self._infer(self._cut(scaled, origin), threshold), due))
+        detected = list(tile_pool().map(lambda origin: self._infer(self._cut(scaled, origin), threshold), due))
         self.runs += len(due)
         for (x0, y0), tile in zip(due, detected, strict=True):
-            inner = _inside(tile.boxes, x0, y0, self.size, scaled_w, scaled_h)
+            inner = inside_tile(tile.boxes, x0, y0, self.size, scaled_w, scaled_h)
             offset = np.asarray([x0, y0], np.float32)
             parts.append(
                 Detections(
@@ -268,16 +266,15 @@ class FaceDetector:
     def tile_runs(self, height: int, width: int) -> int:
         """The model runs :meth:`detect_frame` makes on a ``height``×``width`` frame besides its whole pass: its
         tiles, or 1 where the frame fits the input whole."""
-        scale = min(self.view / height, self.view / width, 1.0)
-        scaled_w, scaled_h = max(1, round(width * scale)), max(1, round(height * scale))
+        _, (scaled_w, scaled_h) = seen_at(height, width, self.view)
         if (scaled_w <= self.size and scaled_h <= self.size) or self._at_once(scaled_w, scaled_h):
             return 1
-        return len(_tiles(scaled_w, scaled_h, self.size))
+        return len(tile_origins(scaled_w, scaled_h, self.size))
 
     def _at_once(self, width: int, height: int) -> bool:
         """Whether a ``width``×``height`` picture larger than the input is detected in one run, not in tiles: the
         family's network takes any size, the engine can free it, and the picture is at most
-        :data:`AT_ONCE_MOST` pixels."""
+        :data:`~workers.faces.tiling.AT_ONCE_MOST` pixels."""
         return (
             self.at_once
             and self.spec.any_size
@@ -328,63 +325,10 @@ class FaceDetector:
         return [self.detect_frame(frame, score) for frame in frames]
 
 
-TILE_THREADS = 2
-"""A frame's tiles are detected this many at a time: ONNX Runtime's own threads leave a core idle between a small
-model's layers, and the next tile's input is made meanwhile (docs/performance.md)."""
-
-_TILE_POOL = ThreadPoolExecutor(TILE_THREADS, thread_name_prefix="tiles")
-
-
-def _new_tile_pool() -> None:
-    """A forked child gets a pool of its own: the parent's threads are not in it, and a pool that believes it has
-    them would never run what it is given."""
-    global _TILE_POOL
-    _TILE_POOL = ThreadPoolExecutor(TILE_THREADS, thread_name_prefix="tiles")
-
-
-os.register_at_fork(after_in_child=_new_tile_pool)
-
-AT_ONCE_MOST = 4096 * 4096
-"""The largest picture (pixels) a detector that takes any size runs at once; a larger one is tiled. A 5120×2880
-picture (a 4K frame enlarged for 24-px faces) took 293 ms in one run, its 66 tiles 376 ms (2026-12-06)."""
-
-TILE_OVERLAP = 0.25
-"""Tiles overlap by this fraction of a tile, so a face up to that size lies whole in one of them."""
-
-_EDGE = 2.0  # px: a box this close to a tile's inner edge is cut by it
-
-
 def _fit(frame: Frame, width: int, height: int) -> Frame:
     if (height, width) == frame.shape[:2]:
         return frame
     return np.asarray(cv2.resize(frame, (width, height)), dtype=np.uint8)
-
-
-def _positions(extent: int, tile: int) -> list[int]:
-    if extent <= tile:
-        return [0]
-    step = max(1, int(tile * (1 - TILE_OVERLAP)))
-    starts = list(range(0, extent - tile, step))
-    return [*starts, extent - tile]
-
-
-def _tiles(width: int, height: int, tile: int) -> list[tuple[int, int]]:
-    """The top-left corners of the tiles covering a ``width``×``height`` picture, row by row."""
-    return [(x, y) for y in _positions(height, tile) for x in _positions(width, tile)]
-
-
-def _inside(boxes: FloatArray, x0: int, y0: int, tile: int, width: int, height: int) -> npt.NDArray[np.bool_]:
-    """Which boxes (tile coordinates) do not touch an edge of the tile that is not an edge of the picture."""
-    keep = np.ones(len(boxes), dtype=bool)
-    if x0 > 0:
-        keep &= boxes[:, 0] > _EDGE
-    if y0 > 0:
-        keep &= boxes[:, 1] > _EDGE
-    if x0 + tile < width:
-        keep &= boxes[:, 2] < tile - _EDGE
-    if y0 + tile < height:
-        keep &= boxes[:, 3] < tile - _EDGE
-    return keep
 
 
 def _merged(parts: Sequence[Detections], threshold: float) -> Detections:

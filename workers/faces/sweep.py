@@ -49,7 +49,8 @@ from shared.strict_blur import (
     ZOOM_UP_TO,
 )
 from workers.faces.association import box_iou
-from workers.faces.detection import TILE_OVERLAP, Face, FaceDetector, suppress_faces
+from workers.faces.detection import Face, FaceDetector, suppress_faces
+from workers.faces.tiling import TILE_OVERLAP
 
 __all__ = ["TURN", "ZOOM", "ZOOM_UP_TO", "DetectionSweep"]  # the numbers live in shared.strict_blur
 
