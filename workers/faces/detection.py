@@ -222,12 +222,12 @@ class FaceDetector:
 
         The frame is seen at the scale that fits it into a :attr:`view`-sided square (never enlarged). Where that
         is larger than the model's input, the scaled frame is detected in one run where the model takes any size
-        (:attr:`at_once`), else cut into input-sized tiles overlapping by :data:`~workers.faces.tiling.TILE_OVERLAP` of a tile, each
-        detected on its own; either way plus one pass over the whole frame shrunk into the input for faces larger
-        than the overlap; a tile's faces that touch its inner edges are left to the tile (or the whole
-        pass) that holds them entire, and the rest is merged by NMS. ``whole_pass=False`` leaves out the pass over
-        the whole frame (for a caller that has run it already); ``tiles`` (one flag per run of :meth:`tile_runs`, in
-        order) runs only the tiles flagged.
+        (:attr:`at_once`), else cut into input-sized tiles overlapping by
+        :data:`~workers.faces.tiling.TILE_OVERLAP` of a tile, each detected on its own; either way plus one pass
+        over the whole frame shrunk into the input for faces larger than the overlap; a tile's faces that touch its
+        inner edges are left to the tile (or the whole pass) that holds them entire, and the rest is merged by NMS.
+        ``whole_pass=False`` leaves out the pass over the whole frame (for a caller that has run it already);
+        ``tiles`` (one flag per run of :meth:`tile_runs`, in order) runs only the tiles flagged.
         """
         threshold = self.score if score is None else score
         height, width = frame.shape[:2]
