@@ -50,7 +50,7 @@ from shared.strict_blur import (
 )
 from workers.faces.association import box_iou
 from workers.faces.detection import Face, FaceDetector, suppress_faces
-from workers.faces.tiling import TILE_OVERLAP
+from workers.faces.tiling import TILE_OVERLAP, seen_at
 
 __all__ = ["TURN", "ZOOM", "ZOOM_UP_TO", "DetectionSweep"]  # the numbers live in shared.strict_blur
 
@@ -129,7 +129,7 @@ class DetectionSweep:
         phase = number % self.period
         self._due = itertools.repeat(True) if every_pass else (i % self.period == phase for i in itertools.count())
         found = self._run(self.detector, lambda m: m.detect_frame(frame, threshold))
-        found += self._tiled(self.detector, frame.shape, lambda: frame, scale, threshold)
+        found += self._tiled(self.detector, frame.shape, _resized(frame), scale, threshold)
         for angle in self.turns:
             found += self._turned(frame, angle, scale / TURN_MIN_FACE_FACTOR, threshold)
         # a doubtful face taller than a share of the frame is the shrunk whole frame's false alarm (a real face that
@@ -144,7 +144,7 @@ class DetectionSweep:
         self._add_new(found, self.look_around(frame, around, close), close)
         for model in self.others:
             if _tiles_needed(model, frame.shape, scale):
-                more = self._tiled(model, frame.shape, lambda: frame, scale, sure)
+                more = self._tiled(model, frame.shape, _resized(frame), scale, sure)
             else:
                 more = self._run(model, lambda m: m.detect_frame(frame, sure))
             tall = SECOND_MIN_FACE * self.min_face
@@ -174,13 +174,13 @@ class DetectionSweep:
         self,
         model: FaceDetector,
         shape: tuple[int, ...],
-        picture_of: Callable[[], Frame],
+        picture_at: Callable[[float, tuple[int, int]], Frame],
         scale: float,
         threshold: float,
     ) -> list[Face]:
-        """The faces found in tiles of a ``shape`` frame (built by ``picture_of`` only where a tile of it is due)
-        seen at ``scale`` (detector px per source px); none where the whole-frame pass sees the frame at that scale
-        or finer already."""
+        """The faces found in tiles of a ``shape`` frame seen at ``scale`` (detector px per source px); none where
+        the whole-frame pass sees the frame at that scale or finer already. ``picture_at(s, (w, h))`` makes the frame
+        ``s`` times its size, ``w``×``h`` px (only where a tile of it is due): the tiles are cut from it as it is."""
         if not _tiles_needed(model, shape, scale):
             return []
         height, width = shape[:2]
@@ -194,12 +194,11 @@ class DetectionSweep:
         due = self._take(tiled.tile_runs(size[1], size[0]))
         if not any(due):
             return []
-        picture = picture_of()
-        if factor > 1.0:
-            picture = np.asarray(cv2.resize(picture, size, interpolation=cv2.INTER_CUBIC), np.uint8)
+        shrink, seen = seen_at(size[1], size[0], view)  # the enlarged picture as the tiles see it
+        picture = picture_at(factor * shrink, seen)
         # the whole pass ran already, and finds the faces larger than the tiles' overlap: a box that large in a
         # tile is the tiles' false alarm (measured: a 422-px box on a plate at score 0.17)
-        largest = TILE_OVERLAP * model.size / per_pixel  # in pixels of ``picture``
+        largest = TILE_OVERLAP * model.size * shrink / per_pixel  # in pixels of ``picture``
         faces = [
             face
             for face in tiled.detect_frame(picture, threshold, whole_pass=False, tiles=due)
@@ -207,34 +206,29 @@ class DetectionSweep:
         ]
         self.calls += tiled.runs
         model.runs += tiled.runs  # the model's runs, whichever view ran them
-        if factor == 1.0:
-            return faces
-        return [
-            Face(
-                box=(face.box / factor).astype(np.float32),
-                landmarks=(face.landmarks / factor).astype(np.float32),
-                score=face.score,
-            )
-            for face in faces
-        ]
+        return _shrunk(faces, factor * shrink)
 
     def _turned(self, frame: Frame, angle: float, scale: float, threshold: float) -> list[Face]:
+        """The faces of ``frame`` turned by ``angle`` degrees: the turned frame shrunk whole into the detector's
+        input, and in tiles at ``scale``. Each picture is warped at the size it is seen at, in one resampling, and
+        only where one of its runs is due."""
         height, width = frame.shape[:2]
         matrix = cv2.getRotationMatrix2D((width / 2, height / 2), angle, 1.0)
         cos, sin = abs(matrix[0, 0]), abs(matrix[0, 1])
         out_w, out_h = int(height * sin + width * cos), int(height * cos + width * sin)
         matrix[0, 2] += out_w / 2 - width / 2
         matrix[1, 2] += out_h / 2 - height / 2
-        turned: list[Frame] = []
 
-        def picture() -> Frame:  # warped once, and only where one of its runs is due
-            if not turned:
-                turned.append(np.asarray(cv2.warpAffine(frame, matrix, (out_w, out_h)), np.uint8))
-            return turned[0]
+        def picture_at(times: float, size: tuple[int, int]) -> Frame:
+            return np.asarray(cv2.warpAffine(frame, matrix * times, size), np.uint8)
 
         (whole,) = self._take(1)
-        found = self._run(self.detector, lambda m: m.detect_frame(picture(), threshold)) if whole else []
-        found += self._tiled(self.detector, (out_h, out_w), picture, scale, threshold)
+        found: list[Face] = []
+        if whole:
+            shrink, seen = seen_at(out_h, out_w, self.detector.view)
+            picture = picture_at(shrink, seen)
+            found = _shrunk(self._run(self.detector, lambda m: m.detect_frame(picture, threshold)), shrink)
+        found += self._tiled(self.detector, (out_h, out_w), picture_at, scale, threshold)
         back = cv2.invertAffineTransform(matrix)
         return [_mapped(face, back) for face in found]
 
@@ -290,6 +284,34 @@ class DetectionSweep:
 
 
 _EDGE = 2.0  # px: a box this close to a mosaic cell's edge is cut by it
+
+
+def _resized(frame: Frame) -> Callable[[float, tuple[int, int]], Frame]:
+    """``frame`` at a size: itself, enlarged (bicubic) or shrunk (bilinear, as the detector shrinks a frame)."""
+
+    def resized(_: float, size: tuple[int, int]) -> Frame:
+        if size == (frame.shape[1], frame.shape[0]):
+            return frame
+        larger = size[0] > frame.shape[1]
+        return np.asarray(
+            cv2.resize(frame, size, interpolation=cv2.INTER_CUBIC if larger else cv2.INTER_LINEAR), np.uint8
+        )
+
+    return resized
+
+
+def _shrunk(faces: list[Face], times: float) -> list[Face]:
+    """``faces`` found in a picture ``times`` the size of the frame, in the frame."""
+    if times == 1.0:
+        return faces
+    return [
+        Face(
+            box=(face.box / times).astype(np.float32),
+            landmarks=(face.landmarks / times).astype(np.float32),
+            score=face.score,
+        )
+        for face in faces
+    ]
 
 
 def _tiles_needed(model: FaceDetector, shape: tuple[int, ...], scale: float) -> bool:
