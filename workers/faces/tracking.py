@@ -113,9 +113,9 @@ class FaceTracker:
             later detection fills the gap, and frames before its first detection that its box, carried back, is
             handed back (``filled``): an anonymiser's choice, so a face leaving the frame or lost stays hidden, and
             one entering or appearing after a jump is hidden before it is found (0: none; at most ``max_gap``).
-        edge_coast: a lost track whose last box reached the edge of the frame (:attr:`frame`, set by the caller),
-            found confidently within ``context`` frames of its last detection, is carried on for up to this many
-            frames (if more than ``coast``) while its box still reaches into it.
+        edge_coast: a lost track whose last box reached an edge of the frame (:attr:`frame`, set by the caller),
+            its side there moving out across it, found confidently within ``context`` frames of its last detection,
+            is carried on for up to this many frames (if more than ``coast``) while its box still reaches into it.
 
     Raises:
         ValueError: thresholds out of order or out of range.
@@ -137,11 +137,9 @@ class FaceTracker:
             raise ValueError(f"tracker thresholds must satisfy 0 < low ≤ high ≤ 1, got low={low}, high={high}")
         if max_gap < 0 or not 0.0 <= smoothing <= 1.0:
             raise ValueError("max_gap must be ≥ 0 and smoothing within 0…1")
-        self.high, self.low, self.max_gap = high, low, max_gap
+        self.high, self.low, self.max_gap, self.keep_doubtful = high, low, max_gap, keep_doubtful
         self.radius = smoothing_radius(smoothing)
-        self.keep_doubtful = keep_doubtful
-        self.coast = max(0, min(coast, max_gap))
-        self.reach = max(0.0, reach)
+        self.coast, self.reach = max(0, min(coast, max_gap)), max(0.0, reach)
         self.edge_coast = max(self.coast, edge_coast)
         self.frame: tuple[int, int] | None = None  # (width, height) of the frames fed: where their edges are
         self._cuts: list[int] = []  # frames that start a new scene (:meth:`cut`)
@@ -328,9 +326,10 @@ class FaceTracker:
         step = np.zeros(4, np.float32)
         if len(ends) > 1:
             step = (face.box - track.frames[ends[1]].box) / float(end - ends[1])
-        if lost:  # a box carried on may grow with its face, never shrink: a face cut by the edge shows less of itself
-            centre, grow = (step[:2] + step[2:]) / 2, np.maximum(step[2:] - step[:2], 0.0) / 2
-            step = np.concatenate([centre - grow, centre + grow])
+        # a box carried on (either way) may grow with its face, never shrink: a face cut by the edge shows less of it
+        centre, grow = (step[:2] + step[2:]) / 2, (step[2:] - step[:2]) / 2
+        grow = np.maximum(grow, 0.0) if lost else np.minimum(grow, 0.0)
+        step = np.concatenate([centre - grow, centre + grow])
         shift = step * float(index - end)
         x1, y1, x2, y2 = (float(v) for v in face.box + shift)
         reaches_in = self.frame is not None and x1 < self.frame[0] and x2 > 0 and y1 < self.frame[1] and y2 > 0
@@ -342,14 +341,17 @@ class FaceTracker:
         )
 
     def _horizon(self, track: _Track) -> int:
-        """How long after its last detection a track may hand back a face: longer where it left at the edge."""
+        """How long after its last detection a track may hand back a face: longer where it moved out of the frame."""
         if self.edge_coast <= self.coast or self.frame is None or track.last < 0:
             return self.max_gap
-        x1, y1, x2, y2 = (float(v) for v in track.frames[track.last].box)
+        box = track.frames[track.last].box
+        x1, y1, x2, y2 = (float(v) for v in box)
+        d = box - track.frames[min(sorted(track.frames)[-COAST_BASE:])].box  # each side's move: out across its edge?
         near = (y2 - y1) / 10  # and a face, not a false alarm (found confidently not long before):
-        at_edge = x1 <= near or y1 <= near or x2 >= self.frame[0] - near or y2 >= self.frame[1] - near
+        out = (x1 <= near and d[0] < 0) or (y1 <= near and d[1] < 0) or (x2 >= self.frame[0] - near and d[2] > 0)
+        leaving = out or (y2 >= self.frame[1] - near and d[3] > 0)
         sure = track.last - track.sure <= self.context
-        return max(self.edge_coast, self.max_gap) if at_edge and sure else self.max_gap
+        return max(self.edge_coast, self.max_gap) if leaving and sure else self.max_gap
 
     def _smoothed(self, track: _Track, index: int, face: Face) -> Face:
         if self.radius == 0:

@@ -4,6 +4,7 @@ no box moves or fills across a cut, and a face the detector stops finding stays 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from workers.faces.detection import Face
 from workers.faces.tracking import FaceTracker, TrackedFrame
@@ -65,6 +66,18 @@ def test_a_face_is_hidden_in_the_frames_before_the_detector_first_finds_it() -> 
     assert by_frame[0] == by_frame[1] == []  # no further back than asked
 
 
+def test_a_box_carried_back_before_a_nearing_face_is_found_keeps_the_size_it_was_found_at() -> None:
+    # a face coming nearer, 30 px a frame larger (its centre still), found from frame 5 on: carried back by its
+    # motion, its box would lose 30 px a frame and turn inside out by frame 1; it keeps its size, 170 px
+    frames = [[_face(300 - 15 * t, 100 - 15 * t, size=20 + 30 * t)] if t >= 5 else [] for t in range(12)]
+    out = _run(FaceTracker(high=0.5, low=0.2, max_gap=4, keep_doubtful=True, coast=4), frames)
+    by_frame = {f.index: f.faces for f in out}
+    for t in (1, 2, 3, 4):
+        box = by_frame[t][0].box
+        assert (round(float(box[2] - box[0])), round(float(box[3] - box[1]))) == (170, 170), f"frame {t}"
+        assert (box[:2] + box[2:]) / 2 == pytest.approx([310.0, 110.0])  # around the centre it never left
+
+
 def test_a_face_sinking_out_of_the_frame_stays_hidden_until_it_has_left() -> None:
     # 100-px faces sinking out of the bottom of a 640x360 frame, found by the detector in frames 0-5 only (the last
     # two thirds of a face show undetected): one at 5 px a frame, gone at frame 15; one at 1 px a frame, still in
@@ -89,3 +102,7 @@ def test_a_face_sinking_out_of_the_frame_stays_hidden_until_it_has_left() -> Non
     # a doubtful detection at the edge (a false alarm as likely as a face) is carried on for the gap only
     doubtful = run(sinking(1, score=0.3), 360)
     assert all(len(doubtful[t]) == 1 for t in range(6, 10)) and all(not doubtful[t] for t in range(10, 60))
+    # and so is a confident box standing still at the edge: no face leaving (on the 720p benchmark clip of seed 13,
+    # a box the size of two faces, lost at the right edge, stood there 20 frames and blurred 10 % of the background)
+    standing = run(sinking(0), 360)
+    assert all(len(standing[t]) == 1 for t in range(6, 10)) and all(not standing[t] for t in range(10, 60))
