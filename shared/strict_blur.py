@@ -23,7 +23,8 @@ recall. Against a plain tracked job it:
   :data:`CUT_CORRELATION`: no box moves or fills across a cut), and carries a track's box on by its motion over its
   last :data:`COAST_BASE` detections for up to ``face.track_gap`` frames after its last detection (a face lost stays
   hidden), and for up to :data:`EDGE_COAST` frames while its box still reaches into the frame where it was last seen
-  at the frame's edge, found confidently not long before (a face leaving the frame stays hidden until it has left);
+  at the frame's edge moving out, found confidently not long before (a face leaving the frame stays hidden until it
+  has left); a box carried on either way may grow, never shrink;
 * drops a doubtful face taller than :data:`DOUBTFUL_MOST` of the frame (the shrunk whole frame's false alarms), and
   keeps the second detector's faces only where the job's detector found none, at :data:`SECOND_SCORE` or more;
 * grows each box by ``face.blur_margin`` (default :data:`STRICT_MARGIN`) of its size on every side, with a soft
@@ -149,10 +150,12 @@ CUT_CORRELATION = 0.5
 darkened or brightened is no cut) correlate below this are a scene cut."""
 
 EDGE_COAST = 30
-"""A lost track whose last box reached the frame's edge is carried on by its motion for up to this many frames while
-its box still reaches into the frame (``face.track_gap`` frames elsewhere): on the 720p benchmark clip of seed 13 a
-97-px face sank out of the frame at 2 px a frame, and its last third showed for 5 frames after the detector lost it
-(docs/anonymiser.md)."""
+"""A lost track whose last box reached the frame's edge, its side there moving out across it over its last
+:data:`COAST_BASE` detections, is carried on by its motion for up to this many frames while its box still reaches
+into the frame (``face.track_gap`` frames elsewhere): on the 720p benchmark clip of seed 13 a 97-px face sank out of
+the frame at 2 px a frame, and its last third showed for 5 frames after the detector lost it; a box standing at the
+edge is no face leaving (on the same clip, a confident box the size of two faces stood there 20 frames and blurred
+10–13 % of the background of each: docs/anonymiser.md)."""
 
 ZOOM = 2
 """Kept for callers that still name it: strict mode's old fixed enlargement (now :data:`RELIABLE_FACE` /
