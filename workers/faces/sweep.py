@@ -206,7 +206,7 @@ class DetectionSweep:
         ]
         self.calls += tiled.runs
         model.runs += tiled.runs  # the model's runs, whichever view ran them
-        return _shrunk(faces, factor * shrink)
+        return _in_frame(faces, factor * shrink)
 
     def _turned(self, frame: Frame, angle: float, scale: float, threshold: float) -> list[Face]:
         """The faces of ``frame`` turned by ``angle`` degrees: the turned frame shrunk whole into the detector's
@@ -227,7 +227,7 @@ class DetectionSweep:
         if whole:
             shrink, seen = seen_at(out_h, out_w, self.detector.view)
             picture = picture_at(shrink, seen)
-            found = _shrunk(self._run(self.detector, lambda m: m.detect_frame(picture, threshold)), shrink)
+            found = _in_frame(self._run(self.detector, lambda m: m.detect_frame(picture, threshold)), shrink)
         found += self._tiled(self.detector, (out_h, out_w), picture_at, scale, threshold)
         back = cv2.invertAffineTransform(matrix)
         return [_mapped(face, back) for face in found]
@@ -300,7 +300,7 @@ def _resized(frame: Frame) -> Callable[[float, tuple[int, int]], Frame]:
     return resized
 
 
-def _shrunk(faces: list[Face], times: float) -> list[Face]:
+def _in_frame(faces: list[Face], times: float) -> list[Face]:
     """``faces`` found in a picture ``times`` the size of the frame, in the frame."""
     if times == 1.0:
         return faces
