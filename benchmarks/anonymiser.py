@@ -8,7 +8,7 @@ tracked detection (:class:`workers.faces.track_feed.TrackFeed`, as a chunk with 
 :class:`workers.processors.face_blur.FaceBlurProcessor`, in this process, without encoding; the frames are judged
 as they come out. Printed per clip and mode: face-frames hidden by size bucket, all faces ≥ 24 px, the longest run
 of frames a face ≥ 24 px stayed visible, the share of background pixels changed, detector calls per frame and the
-time per frame (and strict's time as a ratio of plain's, measured side by side).
+time per frame, the judging left out (and strict's time as a ratio of plain's, measured side by side).
 
     .venv/bin/python -m benchmarks.anonymiser [--sizes 720 1080] [--seeds 11 12] [--frames 60] [--modes strict plain]
         [--face-free-frames 30] [--face '{"strict_second_detector": "scrfd"}']

@@ -357,7 +357,8 @@ class Score:
 
 @dataclass
 class Outcome:
-    """What ``face_blur`` did to a clip: the score, its time, and the detector's model runs."""
+    """What ``face_blur`` did to a clip: the score, its time (detection, tracking and blurring; not the judging), and
+    the detector's model runs."""
 
     score: Score
     seconds: float
@@ -386,13 +387,18 @@ def blur_clip(frames: list[Frame], truths: list[list[Truth]], face: dict[str, ob
     score = Score()
     batches = [np.stack(frames[i : i + 8]) for i in range(0, len(frames), 8)]
     started = time.perf_counter()
+    judging = 0.0  # the time spent keeping and judging the frames, left out of the job's
     index = 0
     for work in feed.work([], batches, len(frames)):
+        mark = time.perf_counter()
         originals = work.frames.copy()
+        judging += time.perf_counter() - mark
         out = processor.stages()[0](work)
+        mark = time.perf_counter()
         for before, after in zip(originals, out.frames, strict=True):
             score.add(before, after, truths[index])
             index += 1
-    seconds = time.perf_counter() - started
+        judging += time.perf_counter() - mark
+    seconds = time.perf_counter() - started - judging
     calls = processor.tally().calls + (second.runs if second is not None else 0)
     return Outcome(score, seconds, len(frames), calls)
