@@ -227,7 +227,7 @@ class OnnxEngine:
     def any_size(self) -> OnnxEngine:
         """This model with its input's height and width free: one run takes a picture of any size (a fully
         convolutional detector exported at 640 px runs a whole enlarged HD frame at once, where 15 tiles of it took
-        1.45 times as long, docs/performance.md). Itself where they are free already; kept as its session is.
+        1.26 times as long, docs/performance.md). Itself where they are free already; kept as its session is.
 
         Raises:
             ModelError: the model's first input is not ``[N, C, H, W]``, or the model fails to load so.
