@@ -5,7 +5,9 @@ from __future__ import annotations
 import ctypes
 import gc
 import os
+import shutil
 import sys
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,6 +36,24 @@ XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
 
 # SWAPFARM_TEST_PROFILE=FILE writes a per-test wall and CPU profile (tests/support/cpu_profile.py).
 pytest_plugins = ["tests.support.cpu_profile"]
+
+_COMPILE_CACHE = pytest.StashKey[str]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The compile cache of every test that does not name its own: a folder of this pytest process, removed at its
+    end, never the user's (``~/.cache/swapfarm/torch-compile`` by default, where the suite's engine trials, memory
+    notes and compiled kernels would otherwise be kept from one run to the next and change what the next run does).
+    Worker processes a test starts get it through their settings or the environment."""
+    folder = tempfile.mkdtemp(prefix="swapfarm-test-compile-")
+    config.stash[_COMPILE_CACHE] = folder
+    os.environ["SWAPFARM_TORCH_COMPILE_CACHE_DIR"] = folder
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    folder = config.stash.get(_COMPILE_CACHE, None)
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
