@@ -68,7 +68,7 @@ def _changed_face_only(
 ) -> list[tuple[np.ndarray, np.ndarray]]:
     """Every frame, in order, with the audio; the face changed and the rest of each frame (outside the crops the
     processors paste back) kept. Returns each frame's face core, output and input (RGB)."""
-    out, source = read_frames(output), read_frames(clip)[:FRAMES]  # RGB
+    out, source = read_frames(output), read_frames(clip, FRAMES)  # RGB
     assert out.shape == source.shape == (FRAMES, 480, 480, 3)
     assert "audio" in stream_info(output)
     detector = FaceDetector.load(JobOptions().face, settings)

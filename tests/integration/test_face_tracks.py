@@ -193,7 +193,7 @@ def test_strict_face_blur_with_a_second_detector_hides_every_face(blur_settings:
         trim_end_frame=hi,
         face={"strict_second_detector": "scrfd"},
     )
-    seen = crowd.hidden(read_frames(clip)[lo:hi], out, truths)
+    seen = crowd.hidden(read_frames(clip, hi)[lo:], out, truths)
     assert all(seen[t.frame, t.face] for t in truths if t.size >= 32), seen
 
 

@@ -46,7 +46,7 @@ def _lab(frames: np.ndarray) -> np.ndarray:
 
 
 def _coloured_in_order_with_audio(output: Path, clip: Path) -> None:
-    out, source = read_frames(output), read_frames(clip)[:FRAMES]
+    out, source = read_frames(output), read_frames(clip, FRAMES)
     assert out.shape == source.shape == (FRAMES, 480, 480, 3)
     assert "audio" in stream_info(output)
     lightness, before = _lab(out), _lab(source)

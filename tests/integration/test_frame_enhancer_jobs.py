@@ -43,7 +43,7 @@ def upscale_settings(settings: Settings, data_dir: Path, tmp_path: Path) -> Sett
 
 
 def _upscaled_input(clip: Path) -> np.ndarray:
-    source = read_frames(clip)[:FRAMES]
+    source = read_frames(clip, FRAMES)
     return np.stack([cv2.resize(frame, (960, 960), interpolation=cv2.INTER_LINEAR) for frame in source])
 
 

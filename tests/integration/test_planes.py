@@ -148,7 +148,7 @@ def test_the_device_path_renders_what_the_opencv_path_renders(
         if DETECTION_FALLBACK in warned:  # only the strict sweep's enlarged pass of a small frame stays on the host
             assert "enlarged pass" in warned[DETECTION_FALLBACK] and "tiles" not in warned[DETECTION_FALLBACK]
     host, device = read_frames(outputs["onnxruntime"]), read_frames(outputs["torch"])
-    original = read_frames(source)[:frames]
+    original = read_frames(source, frames)
     assert host.shape == device.shape == original.shape
     for index in range(frames):
         assert psnr(device[index], host[index]) >= PARITY_DB, f"frame {index}"
