@@ -6,6 +6,8 @@ Bounded: a few derandomized examples per operation, so the run is quick and the 
 coverage phase adds a case for each boundary of every property: about 2,800 for the job options alone. A group's
 options are the same schema (``JobOptions``), parsed by the same function (``api.jobs._parse_options``) or the same
 model, so their boundaries are sent through ``POST /v1/jobs`` only; ``POST /v1/groups`` gets every other case.
+(Those cases had also been the only ones to reach a group member refused by its own check, a random-bytes
+target: ``tests/api/test_group_members.py`` holds that now.)
 """
 
 from __future__ import annotations
