@@ -151,11 +151,13 @@ darkened or brightened is no cut) correlate below this are a scene cut."""
 
 EDGE_COAST = 30
 """A lost track whose last box reached the frame's edge, its side there moving out across it over its last
-:data:`COAST_BASE` detections, is carried on by its motion for up to this many frames while its box still reaches
-into the frame (``face.track_gap`` frames elsewhere): on the 720p benchmark clip of seed 13 a 97-px face sank out of
-the frame at 2 px a frame, and its last third showed for 5 frames after the detector lost it; a box standing at the
-edge is no face leaving (on the same clip, a confident box the size of two faces stood there 20 frames and blurred
-10–13 % of the background of each: docs/anonymiser.md)."""
+:data:`COAST_BASE` detections (or its opposite side moving towards it by more than a twentieth of the box: the part
+of the face still in the frame shrinking), is carried on by its motion for up to this many frames while its box
+still reaches into the frame (``face.track_gap`` frames elsewhere): on the 720p benchmark clip of seed 13 a 97-px
+face sank out of the frame at 2 px a frame, and its last third showed for 5 frames after the detector lost it; on
+the 1080p clip of seed 22 a face shrinking as it sank showed for 7, its box's bottom rising off the edge. A box
+standing at the edge is no face leaving (on the 720p clip of seed 13, a confident box the size of two faces stood
+there 20 frames and blurred 10–13 % of the background of each: docs/anonymiser.md)."""
 
 ZOOM = 2
 """Kept for callers that still name it: strict mode's old fixed enlargement (now :data:`RELIABLE_FACE` /

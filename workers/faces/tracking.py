@@ -348,8 +348,13 @@ class FaceTracker:
         x1, y1, x2, y2 = (float(v) for v in box)
         d = box - track.frames[min(sorted(track.frames)[-COAST_BASE:])].box  # each side's move: out across its edge?
         near = (y2 - y1) / 10  # and a face, not a false alarm (found confidently not long before):
-        out = (x1 <= near and d[0] < 0) or (y1 <= near and d[1] < 0) or (x2 >= self.frame[0] - near and d[2] > 0)
-        leaving = out or (y2 >= self.frame[1] - near and d[3] > 0)
+        # at an edge, a face leaves where its box's side there moves out across it, or where the opposite side moves
+        # towards it by more than a box standing there jitters (the part of the face still in the frame shrinking)
+        step = (y2 - y1) / 20
+        width, height = self.frame
+        out = (x1 <= near and (d[0] < 0 or d[2] < -step)) or (y1 <= near and (d[1] < 0 or d[3] < -step))
+        leaving = out or (x2 >= width - near and (d[2] > 0 or d[0] > step))
+        leaving = leaving or (y2 >= height - near and (d[3] > 0 or d[1] > step))
         sure = track.last - track.sure <= self.context
         return max(self.edge_coast, self.max_gap) if leaving and sure else self.max_gap
 
