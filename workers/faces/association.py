@@ -1,7 +1,7 @@
 """Which detection belongs to which face track: greedy one-to-one matching of a frame's boxes to the tracks' predicted
 boxes — by overlap (:func:`match_overlapping`, what every tracked job does) and by distance
-(:func:`match_nearby`, what an anonymiser adds for small fast faces). Pure numpy; used by
-:mod:`workers.faces.tracking`.
+(:func:`match_nearby`, what an anonymiser adds for small fast faces) — and whether a track's box is leaving the
+frame (:func:`leaving_frame`). Pure numpy; used by :mod:`workers.faces.tracking`.
 
 Both are greedy, best pair first, ties broken by detection then track order, so the same boxes always give the
 same pairs.
@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["MATCH_IOU", "MATCH_WIDEN", "box_iou", "match_nearby", "match_overlapping"]
+__all__ = ["MATCH_IOU", "MATCH_WIDEN", "box_iou", "leaving_frame", "match_nearby", "match_overlapping"]
 
 FloatArray = npt.NDArray[np.float32]
 Pairs = list[tuple[int, int]]
@@ -85,3 +85,26 @@ def _greedy(cost: npt.NDArray[np.floating], limit: float) -> Pairs:
         used_columns.add(column)
         pairs.append((row, column))
     return pairs
+
+
+def leaving_frame(box: FloatArray, moved: FloatArray, frame: tuple[int, int]) -> bool:
+    """Whether a face whose last box is ``box`` (``x1, y1, x2, y2``), each side having moved by ``moved`` over its
+    last detections, is leaving a ``frame`` (width, height) across an edge its box reaches (within a tenth of its
+    height): the box's side at that edge moves out across it, or its opposite side moves towards it by more than a
+    twentieth of the box (the part of the face still in the frame shrinking: the detector boxes only that part, and
+    a face that recedes as it leaves can even move its outer side in). A box standing at the edge jitters less.
+
+    Example::
+
+        leaving_frame(np.array([200, 300, 260, 360]), np.array([0, 8, 0, -1]), (640, 360)) is True
+    """
+    x1, y1, x2, y2 = (float(v) for v in box)
+    d = [float(v) for v in moved]
+    near, step = (y2 - y1) / 10, (y2 - y1) / 20
+    width, height = frame
+    return (
+        (x1 <= near and (d[0] < 0 or d[2] < -step))
+        or (y1 <= near and (d[1] < 0 or d[3] < -step))
+        or (x2 >= width - near and (d[2] > 0 or d[0] > step))
+        or (y2 >= height - near and (d[3] > 0 or d[1] > step))
+    )

@@ -36,7 +36,7 @@ import numpy as np
 import numpy.typing as npt
 
 from shared.strict_blur import COAST_BASE
-from workers.faces.association import box_iou, match_nearby, match_overlapping
+from workers.faces.association import box_iou, leaving_frame, match_nearby, match_overlapping
 from workers.faces.detection import Face
 
 __all__ = ["MAX_SMOOTHING_RADIUS", "FaceTracker", "TrackedFrame", "box_iou", "context_frames", "smoothing_radius"]
@@ -345,17 +345,8 @@ class FaceTracker:
         if self.edge_coast <= self.coast or self.frame is None or track.last < 0:
             return self.max_gap
         box = track.frames[track.last].box
-        x1, y1, x2, y2 = (float(v) for v in box)
-        d = box - track.frames[min(sorted(track.frames)[-COAST_BASE:])].box  # each side's move: out across its edge?
-        near = (y2 - y1) / 10  # and a face, not a false alarm (found confidently not long before):
-        # at an edge, a face leaves where its box's side there moves out across it, or where the opposite side moves
-        # towards it by more than a box standing there jitters (the part of the face still in the frame shrinking)
-        step = (y2 - y1) / 20
-        width, height = self.frame
-        out = (x1 <= near and (d[0] < 0 or d[2] < -step)) or (y1 <= near and (d[1] < 0 or d[3] < -step))
-        leaving = out or (x2 >= width - near and (d[2] > 0 or d[0] > step))
-        leaving = leaving or (y2 >= height - near and (d[3] > 0 or d[1] > step))
-        sure = track.last - track.sure <= self.context
+        leaving = leaving_frame(box, box - track.frames[min(sorted(track.frames)[-COAST_BASE:])].box, self.frame)
+        sure = track.last - track.sure <= self.context  # and a face, not a false alarm: found confidently lately
         return max(self.edge_coast, self.max_gap) if leaving and sure else self.max_gap
 
     def _smoothed(self, track: _Track, index: int, face: Face) -> Face:
