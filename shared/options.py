@@ -185,10 +185,10 @@ class FaceOptions(BaseModel):
         SCAN_PERIOD,
         ge=1,
         le=8,
-        description="face_blur strict: the frames its extra detection passes (tiles, turned frames) are shared out "
-        "over; each frame still runs the whole-frame pass and looks closely where its tracks expect their faces. "
-        "Higher is faster; a face only those passes find waits up to this many frames to be found. At 1, yunet sees "
-        "each enlarged frame in one run, not in tiles",
+        description="face_blur strict: the frames its extra detection passes (tiles, turned frames, edges) are "
+        "shared out over; each frame still runs the whole-frame pass and looks closely where its tracks expect their "
+        "faces. Higher is faster; a face only those passes find waits up to this many frames to be found. At 1, "
+        "yunet sees each enlarged frame in one run, not in tiles",
     )
     blur_uncertain: BlurUncertain = Field(
         "faces",

@@ -10,7 +10,9 @@ recall. Against a plain tracked job it:
   input, the frame in tiles at the scale where the smallest face the job promises to hide (``face.blur_min_face``,
   default :data:`MIN_FACE` px at the source resolution) is :data:`RELIABLE_FACE` px for the detector (enlarged
   where that is more than the source), and the frame turned by ±:data:`TURN` degrees, tiled at the scale for faces
-  of :data:`TURN_MIN_FACE_FACTOR` times that size; a second detector (``face.strict_second_detector``) runs on
+  of :data:`TURN_MIN_FACE_FACTOR` times that size, and the frame's four edges mirrored outward (a strip
+  :data:`EDGE_DEPTH` smallest faces deep beside its mirror image, enlarged so that face is :data:`EDGE_FACE` px: a
+  face mostly outside the frame is whole again there); a second detector (``face.strict_second_detector``) runs on
   the same upright tiles;
 * looks closely, in every frame, where each track expects its face (the box carried on by its motion, enlarged so
   the face is :data:`AROUND_FACE` px, upright and turned both ways, packed with the other tracks' as cells of one
@@ -49,6 +51,9 @@ __all__ = [
     "CUT_CORRELATION",
     "DOUBTFUL_MOST",
     "EDGE_COAST",
+    "EDGE_DEPTH",
+    "EDGE_FACE",
+    "EDGE_SCORE",
     "MIN_FACE",
     "RELIABLE_FACE",
     "SCAN_PERIOD",
@@ -141,9 +146,9 @@ AROUND_MOST = 16
 """The most tracks checked closely in one frame (three cells each: upright and turned both ways)."""
 
 SCAN_PERIOD = 2
-"""The default ``face.blur_scan_period``: the frames the extra passes (tiles, turned frames) are shared out over (a
-frame that starts a scene, the video's first or a cut, runs them all). On the benchmark clips (720p and 1080p, seeds
-11 and 12, 904 face-frames) 2 hid 99.56 %, as 1 did, in 0.65–0.75 of the time a frame (2026-12-05)."""
+"""The default ``face.blur_scan_period``: the frames the extra passes (tiles, turned frames, edges) are shared out
+over (a frame that starts a scene, the video's first or a cut, runs them all). On the benchmark clips (720p and
+1080p, seeds 11 and 12, 904 face-frames) 2 hid 99.56 %, as 1 did, in 0.65–0.75 of the time a frame (2026-12-05)."""
 
 CUT_CORRELATION = 0.5
 """Consecutive frames whose 32×18 grey thumbnails (blurred, each normalised by its own mean and spread, so a frame
@@ -158,6 +163,22 @@ face sank out of the frame at 2 px a frame, and its last third showed for 5 fram
 the 1080p clip of seed 22 a face shrinking as it sank showed for 7, its box's bottom rising off the edge. A box
 standing at the edge is no face leaving (on the 720p clip of seed 13, a confident box the size of two faces stood
 there 20 frames and blurred 10–13 % of the background of each: docs/anonymiser.md)."""
+
+EDGE_DEPTH = 2.0
+"""The depth of the strip along each edge of the frame that the edge pass mirrors outward (``workers.faces.edges``),
+in ``face.blur_min_face``s: a face of up to about three times that size with half of it or less in the frame."""
+
+EDGE_FACE = 48
+"""The height (px, in the detector's input) a face of ``face.blur_min_face`` is enlarged to in the edge pass. On the
+720p benchmark clip of seed 34 a 33–38-px face with its upper half in the frame for all 40 frames, found by no other
+pass, scored 0.38–0.75 with YuNet in 27 of its 30 frames at 48 px (0.22–0.65, 22 frames at 0.35 or more, at 40 px);
+over seeds 31–34 at 720p and 1080p, strict mode hid 99.28 % of the face-frames at 48 px, 99.22 % at 40 px (97.56 %
+without the edge pass), in 6 model runs a 720p frame and 10 a 1080p one (5 and 6 at 40 px), shared out over
+``face.blur_scan_period`` frames (2026-12-06)."""
+
+EDGE_SCORE = 0.35
+"""The least score of a face the edge pass finds: a mirrored strip of plain background gave false faces at 0.15–0.32
+on the benchmark's face-free plates (three in 30 frames, 91–102 px), none at this score."""
 
 ZOOM = 2
 """Kept for callers that still name it: strict mode's old fixed enlargement (now :data:`RELIABLE_FACE` /

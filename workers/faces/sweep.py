@@ -13,6 +13,8 @@ face, so an anonymiser's sweep also detects:
   every other);
 * the frame turned by ±:data:`TURN` degrees (a face turned by up to 40° is then within 10–15° of upright in one of
   them), tiled for faces :data:`~shared.strict_blur.TURN_MIN_FACE_FACTOR` times ``min_face``;
+* the frame's four edges, each strip mirrored outward and enlarged (:mod:`workers.faces.edges`), for faces cut by the
+  frame's edge with most of them outside it;
 * with a second detector, the upright tiles again with it (its faces kept where the job's detector found none).
 
 What every pass finds is mapped back into the frame and merged by NMS. A face found on a turned frame keeps its
@@ -22,6 +24,7 @@ counts the model runs, every pass and tile included.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Callable, Iterator, Sequence
@@ -38,6 +41,9 @@ from shared.strict_blur import (
     AROUND_NEW_IOU,
     AROUND_SCORE,
     DOUBTFUL_MOST,
+    EDGE_DEPTH,
+    EDGE_FACE,
+    EDGE_SCORE,
     MIN_FACE,
     RELIABLE_FACE,
     SECOND_MIN_FACE,
@@ -50,6 +56,7 @@ from shared.strict_blur import (
 )
 from workers.faces.association import box_iou
 from workers.faces.detection import Face, FaceDetector, suppress_faces
+from workers.faces.edges import edge_canvases, edge_faces
 from workers.faces.tiling import TILE_OVERLAP, seen_at
 
 __all__ = ["TURN", "ZOOM", "ZOOM_UP_TO", "DetectionSweep"]  # the numbers live in shared.strict_blur
@@ -73,7 +80,7 @@ class DetectionSweep:
             :data:`~shared.strict_blur.SECOND_MIN_FACE` of ``min_face`` tall, where the job's detector found none are
             added, whatever the models' scores disagree on.
         min_face: the smallest face to find (box height, px at the source resolution: ``face.blur_min_face``).
-        period: the extra passes (tiles and turned frames) are shared out over this many consecutive frames, each
+        period: the extra passes (tiles, turned frames, edges) are shared out over this many consecutive frames, each
             frame running every ``period``-th of their model runs (``face.blur_scan_period``; 1: all of them on every
             frame). The whole-frame passes and the checks around the tracks' faces (:meth:`detect_frame`'s
             ``around``) run on every frame.
@@ -132,6 +139,7 @@ class DetectionSweep:
         found += self._tiled(self.detector, frame.shape, _resized(frame), scale, threshold)
         for angle in self.turns:
             found += self._turned(frame, angle, scale / TURN_MIN_FACE_FACTOR, threshold)
+        found += self._edges(frame, threshold)
         # a doubtful face taller than a share of the frame is the shrunk whole frame's false alarm (a real face that
         # large scores high, and where it did in another frame its track fills this one)
         tallest = DOUBTFUL_MOST * frame.shape[0]
@@ -231,6 +239,19 @@ class DetectionSweep:
         found += self._tiled(self.detector, (out_h, out_w), picture_at, scale, threshold)
         back = cv2.invertAffineTransform(matrix)
         return [_mapped(face, back) for face in found]
+
+    def _edges(self, frame: Frame, threshold: float) -> list[Face]:
+        """The faces cut by the frame's edges, found on its edges mirrored outward (:mod:`workers.faces.edges`), at
+        :data:`~shared.strict_blur.EDGE_SCORE` or more; each canvas is one of the extra runs shared out over frames."""
+        depth = max(1, round(EDGE_DEPTH * self.min_face))
+        canvases = edge_canvases(frame, depth, EDGE_FACE / self.min_face, self.detector.size)
+        floor = max(threshold, EDGE_SCORE)
+        found: list[Face] = []
+        for canvas, due in zip(canvases, self._take(len(canvases)), strict=True):
+            if due:
+                call = functools.partial(edge_faces, canvas=canvas, frame_shape=frame.shape, threshold=floor)
+                found += self._run(self.detector, call)
+        return found
 
     def look_around(self, frame: Frame, boxes: Sequence[npt.NDArray[np.float32]], threshold: float) -> list[Face]:
         """The faces found close around ``boxes``: each box's neighbourhood, enlarged (or shrunk) so its face is

@@ -10,13 +10,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shared.strict_blur import DOUBTFUL_MOST, STRICT_HIGH, STRICT_LOW
+from shared.strict_blur import DOUBTFUL_MOST, EDGE_DEPTH, EDGE_FACE, EDGE_SCORE, MIN_FACE, STRICT_HIGH, STRICT_LOW
 from tests.support import crowd
 from tests.support.anonymiser_clips import ClipSpec, Truth, generate
 from tests.support.faces import detector
 from tests.support.media import read_frames
 from workers.faces import sweep
 from workers.faces.detection import Face
+from workers.faces.edges import edge_canvases, edge_faces
 from workers.faces.sweep import DetectionSweep
 
 
@@ -91,3 +92,38 @@ def test_a_doubtful_face_taller_than_half_the_frame_is_dropped(monkeypatch: pyte
     assert not [f for f in found if float(f.box[3] - f.box[1]) > tallest]
     # and the faces found with no limit are still found
     assert all(any(_near(f, t) for f in found) for t in truths if any(_near(f, t) for f in unlimited))
+
+
+def test_a_face_mostly_below_the_frames_edge_is_found_on_the_edge_mirrored_and_nowhere_else(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # frame 0 of the 720p benchmark clip of seed 34: a 33-px face whose upper half shows at the bottom edge, there for
+    # the whole clip; no view of the frame itself finds it, so no track ever hid it (30 frames in a row showed it)
+    frame, truths = next(iter(generate(ClipSpec(width=1280, height=720, frames=40, seed=34))))
+    cut = next(t for t in truths if t.face == 4)
+    assert "edge" in cut.notes and cut.box[3] > frame.shape[0] > cut.box[1]
+    found = DetectionSweep(detector("yunet")).detect_frame(frame, STRICT_LOW, every_pass=True)
+    assert _holds(found, cut)
+    (face,) = [f for f in found if _near(f, cut)]
+    assert face.score >= EDGE_SCORE and face.box[1] < frame.shape[0] < face.box[3]  # reaching past the edge
+    monkeypatch.setattr(sweep, "edge_canvases", lambda *_: [])  # the other views alone: the clip still shows the case
+    assert not _holds(DetectionSweep(detector("yunet")).detect_frame(frame, STRICT_LOW, every_pass=True), cut)
+
+
+DEPTH, ZOOM = round(EDGE_DEPTH * MIN_FACE), EDGE_FACE / MIN_FACE  # the edge pass at the defaults
+
+
+def test_the_edge_pass_finds_no_face_on_a_face_free_plate_nor_a_face_inside_the_frame_nor_its_mirror_image() -> None:
+    # a face-free plate (the mirrored strip of one gave false faces at 0.15-0.32), and the clip's faces at the edges
+    plate, _ = next(iter(generate(ClipSpec(width=1280, height=720, frames=5, seed=33, faces=0, background="plate"))))
+    yunet = detector("yunet")
+    canvases = edge_canvases(plate, DEPTH, ZOOM, yunet.size)
+    assert len(canvases) == 6  # 12 pieces of the top and bottom strips, 3 rows a canvas; 6 of the sides, 3 columns
+    assert [f for c in canvases for f in edge_faces(yunet, c, plate.shape, EDGE_SCORE)] == []
+    # frame 31 of the 720p clip of seed 31: a 43-px face wholly inside the right edge's strip, a few px from the edge;
+    # the strip and its mirror image show it twice, and the model finds both (0.83), neither straddling the edge
+    frame, truths = next(itertools.islice(generate(ClipSpec(width=1280, height=720, frames=40, seed=31)), 31, None))
+    inside = next(t for t in truths if t.face == 102)
+    assert inside.box[2] < frame.shape[1] and "edge" not in inside.notes
+    canvases = edge_canvases(frame, DEPTH, ZOOM, yunet.size)
+    assert [f for c in canvases for f in edge_faces(yunet, c, frame.shape, STRICT_LOW)] == []
