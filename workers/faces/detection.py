@@ -275,12 +275,12 @@ class FaceDetector:
         """Whether a ``width``×``height`` picture larger than the input is detected in one run, not in tiles: the
         family's network takes any size, the engine can free it, and the picture is at most
         :data:`~workers.faces.tiling.AT_ONCE_MOST` pixels."""
-        return (
-            self.at_once
-            and self.spec.any_size
-            and isinstance(self.engine, OnnxEngine)
-            and width * height <= AT_ONCE_MOST
-        )
+        return self.at_once and self.takes_any_size and width * height <= AT_ONCE_MOST
+
+    @property
+    def takes_any_size(self) -> bool:
+        """Whether one run can take a picture of any size: the family's network does, and the engine can free it."""
+        return self.spec.any_size and isinstance(self.engine, OnnxEngine)
 
     def _run_at_once(self, picture: Frame, threshold: float) -> Detections:
         """Detections in the whole of ``picture`` (zero-padded bottom/right to multiples of 32), in its coordinates:
@@ -300,8 +300,16 @@ class FaceDetector:
         return Detections(found.boxes / whole_scale, found.scores, found.landmarks / whole_scale)
 
     def run_picture(self, picture: Frame, threshold: float) -> Detections:
-        """Detections in ``picture`` (at most the model's input size; zero-padded bottom/right), in its coordinates:
-        one model run."""
+        """Detections in ``picture`` (zero-padded bottom/right), in its coordinates: one model run. A picture larger
+        than the model's input is run whole where the model takes any size (:attr:`takes_any_size`).
+
+        Raises:
+            ValueError: the picture is larger than the input of a model that takes one size only.
+        """
+        if picture.shape[0] > self.size or picture.shape[1] > self.size:
+            if not self.takes_any_size:
+                raise ValueError(f"a {picture.shape[1]}x{picture.shape[0]} picture for a {self.size}-px input")
+            return self._run_at_once(picture, threshold)
         return self._run(picture, threshold)
 
     def _run(self, picture: Frame, threshold: float) -> Detections:

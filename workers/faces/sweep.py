@@ -242,9 +242,11 @@ class DetectionSweep:
 
     def _edges(self, frame: Frame, threshold: float) -> list[Face]:
         """The faces cut by the frame's edges, found on its edges mirrored outward (:mod:`workers.faces.edges`), at
-        :data:`~shared.strict_blur.EDGE_SCORE` or more; each canvas is one of the extra runs shared out over frames."""
+        :data:`~shared.strict_blur.EDGE_SCORE` or more; each canvas is one of the extra runs shared out over frames
+        (two a frame, the strips whole, where the detector takes a picture of any size)."""
         depth = max(1, round(EDGE_DEPTH * self.min_face))
-        canvases = edge_canvases(frame, depth, EDGE_FACE / self.min_face, self.detector.size)
+        zoom, size = EDGE_FACE / self.min_face, self.detector.size
+        canvases = edge_canvases(frame, depth, zoom, size, whole=self.detector.takes_any_size)
         floor = max(threshold, EDGE_SCORE)
         found: list[Face] = []
         for canvas, due in zip(canvases, self._take(len(canvases)), strict=True):

@@ -106,24 +106,51 @@ def test_a_face_mostly_below_the_frames_edge_is_found_on_the_edge_mirrored_and_n
     assert _holds(found, cut)
     (face,) = [f for f in found if _near(f, cut)]
     assert face.score >= EDGE_SCORE and face.box[1] < frame.shape[0] < face.box[3]  # reaching past the edge
-    monkeypatch.setattr(sweep, "edge_canvases", lambda *_: [])  # the other views alone: the clip still shows the case
+    # the other views alone: the clip still shows the case
+    monkeypatch.setattr(sweep, "edge_canvases", lambda *_, **__: [])
     assert not _holds(DetectionSweep(detector("yunet")).detect_frame(frame, STRICT_LOW, every_pass=True), cut)
 
 
 DEPTH, ZOOM = round(EDGE_DEPTH * MIN_FACE), EDGE_FACE / MIN_FACE  # the edge pass at the defaults
 
 
-def test_the_edge_pass_finds_no_face_on_a_face_free_plate_nor_a_face_inside_the_frame_nor_its_mirror_image() -> None:
-    # a face-free plate (the mirrored strip of one gave false faces at 0.15-0.32), and the clip's faces at the edges
+@pytest.mark.parametrize("whole", [False, True], ids=["canvases", "strips-whole"])
+def test_the_edge_pass_finds_no_face_on_a_face_free_plate_nor_a_face_inside_the_frame_nor_its_mirror_image(
+    whole: bool,
+) -> None:
+    # a face-free plate (the mirrored strip of one gave false faces at 0.15-0.32), and the clip's faces at the edges;
+    # as canvases the detector's input size (any detector), and as two pictures of the strips whole (YuNet takes any
+    # size: what the sweep runs)
     plate, _ = next(iter(generate(ClipSpec(width=1280, height=720, frames=5, seed=33, faces=0, background="plate"))))
     yunet = detector("yunet")
-    canvases = edge_canvases(plate, DEPTH, ZOOM, yunet.size)
-    assert len(canvases) == 6  # 12 pieces of the top and bottom strips, 3 rows a canvas; 6 of the sides, 3 columns
+    canvases = edge_canvases(plate, DEPTH, ZOOM, yunet.size, whole=whole)
+    # 12 pieces of the top and bottom strips, 3 rows a canvas, 6 of the sides, 3 columns; whole: each pair at once
+    assert [c.picture().shape[:2] for c in canvases] == [(384, 2560), (1440, 384)] if whole else len(canvases) == 6
     assert [f for c in canvases for f in edge_faces(yunet, c, plate.shape, EDGE_SCORE)] == []
     # frame 31 of the 720p clip of seed 31: a 43-px face wholly inside the right edge's strip, a few px from the edge;
     # the strip and its mirror image show it twice, and the model finds both (0.83), neither straddling the edge
     frame, truths = next(itertools.islice(generate(ClipSpec(width=1280, height=720, frames=40, seed=31)), 31, None))
     inside = next(t for t in truths if t.face == 102)
     assert inside.box[2] < frame.shape[1] and "edge" not in inside.notes
-    canvases = edge_canvases(frame, DEPTH, ZOOM, yunet.size)
+    canvases = edge_canvases(frame, DEPTH, ZOOM, yunet.size, whole=whole)
     assert [f for c in canvases for f in edge_faces(yunet, c, frame.shape, STRICT_LOW)] == []
+
+
+def test_the_edge_strips_whole_find_the_face_below_the_edge_in_two_runs_as_the_canvases_do_in_six() -> None:
+    # frame 0 of the 720p clip of seed 34 again: the face cut by the bottom edge, from the strips whole (YuNet takes a
+    # picture of any size; 1.7x less time a frame than six 640-px canvases, docs/anonymiser.md) and from the canvases
+    frame, truths = next(iter(generate(ClipSpec(width=1280, height=720, frames=40, seed=34))))
+    cut = next(t for t in truths if t.face == 4)
+    yunet = detector("yunet")
+    for whole, runs in ((True, 2), (False, 6)):
+        before = yunet.runs
+        found = [
+            face
+            for canvas in edge_canvases(frame, DEPTH, ZOOM, yunet.size, whole=whole)
+            for face in edge_faces(yunet, canvas, frame.shape, EDGE_SCORE)
+        ]
+        assert yunet.runs - before == runs
+        assert _holds(found, cut) and all(f.box[1] < frame.shape[0] < f.box[3] for f in found if _near(f, cut))
+    # a model that takes one input size only cannot run a picture larger than it
+    with pytest.raises(ValueError, match="640-px input"):
+        detector("scrfd").run_picture(np.zeros((384, 2560, 3), np.uint8), EDGE_SCORE)

@@ -47,14 +47,15 @@ def test_strict_face_blur_counts_its_detector_calls_and_shares_the_extra_passes_
     generated = list(generate(ClipSpec(width=1280, height=720, frames=2, seed=5, faces=0)))
     frames, truths = [f for f, _ in generated], [t for _, t in generated]
     # every pass on every frame: the whole frame once, the frame at 4/3 the source's scale at once (YuNet takes any
-    # size), each turned frame whole and at once (6 a frame), and the edges mirrored outward in 6 canvases
+    # size), each turned frame whole and at once (6 a frame), and the edges mirrored outward in 2 pictures (the top
+    # and bottom strips whole, then the left and right ones)
     every = blur_clip(frames, truths, {"blur_scan_period": 1})
-    assert every.calls == 2 * (6 + 6)
-    # by default the enlarged pictures are tiled (8 tiles, and 4 for each turned frame: 19 runs a frame, 25 with the
-    # edges), and the 24 runs besides the whole frame's are shared out over two frames, but the video's first frame
+    assert every.calls == 2 * (6 + 2)
+    # by default the enlarged pictures are tiled (8 tiles, and 4 for each turned frame: 19 runs a frame, 21 with the
+    # edges), and the 20 runs besides the whole frame's are shared out over two frames, but the video's first frame
     # (a scene's first) runs them all
     shared = blur_clip(frames, truths, {})
-    assert shared.calls == 25 + 1 + 24 // 2
+    assert shared.calls == 21 + 1 + 20 // 2
     assert every.score.background_share == shared.score.background_share == 0.0
 
 
