@@ -16,9 +16,9 @@ recall. Against a plain tracked job it:
   the same upright tiles;
 * looks closely, in every frame, where each track expects its face (the box carried on by its motion, enlarged so
   the face is :data:`AROUND_FACE` px, upright and turned both ways, packed with the other tracks' as cells of one
-  mosaic the size of the detector's input), and, once a new track's motion is known, at the frames before its first
-  detection where that motion puts it; joins a detection no track's box overlaps to the nearest track within
-  :data:`STRICT_REACH` face sizes (a small fast face moves further than its size between frames);
+  mosaic the size of the detector's input), and, once a new track's motion is known, at up to :data:`LOOK_BACK`
+  frames before its first detection where that motion puts it; joins a detection no track's box overlaps to the
+  nearest track within :data:`STRICT_REACH` face sizes (a small fast face moves further than its size between frames);
 * shares its extra passes out over ``face.blur_scan_period`` frames (default :data:`SCAN_PERIOD`), except on a frame
   that starts a scene, which runs them all;
 * cuts its tracks at scene cuts (consecutive frames whose small grey thumbnails correlate below
@@ -54,6 +54,7 @@ __all__ = [
     "EDGE_DEPTH",
     "EDGE_FACE",
     "EDGE_SCORE",
+    "LOOK_BACK",
     "MIN_FACE",
     "RELIABLE_FACE",
     "SCAN_PERIOD",
@@ -153,6 +154,13 @@ over (a frame that starts a scene, the video's first or a cut, runs them all). O
 CUT_CORRELATION = 0.5
 """Consecutive frames whose 32×18 grey thumbnails (blurred, each normalised by its own mean and spread, so a frame
 darkened or brightened is no cut) correlate below this are a scene cut."""
+
+LOOK_BACK = 10
+"""The most frames before a new track's first detection that strict mode looks at closely where the track's motion
+puts its face, stopping at the first where no face is (``face.track_gap`` before, the frames the tracker held): on
+the 720p benchmark clip of seed 32 a face turned 20–36°, 36–38 px, first found in frame 8, showed in frames 0–3.
+Frames are handed back this many frames (and two) after they are fed, not ``face.track_gap`` and one: a 1080p
+frame is 6 MB, so a chunk's worker holds about 70 MB of frames more."""
 
 EDGE_COAST = 30
 """A lost track whose last box reached the frame's edge, its side there moving out across it over its last

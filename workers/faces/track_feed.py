@@ -31,7 +31,15 @@ import numpy as np
 import numpy.typing as npt
 
 from shared.options import FaceOptions, JobOptions
-from shared.strict_blur import AROUND_SCORE, CUT_CORRELATION, EDGE_COAST, STRICT_HIGH, STRICT_LOW, STRICT_REACH
+from shared.strict_blur import (
+    AROUND_SCORE,
+    CUT_CORRELATION,
+    EDGE_COAST,
+    LOOK_BACK,
+    STRICT_HIGH,
+    STRICT_LOW,
+    STRICT_REACH,
+)
 from workers.faces.detection import Face, FaceDetector
 from workers.faces.selection import cosine_distance, select_faces
 from workers.faces.sweep import DetectionSweep
@@ -187,6 +195,7 @@ class TrackFeed:
             coast=self.options.track_gap if self.strict else 0,
             reach=STRICT_REACH if self.strict else 0.0,
             edge_coast=EDGE_COAST if self.strict else 0,
+            hold=LOOK_BACK + 2 if self.strict else 0,  # the look-back runs on a track's second detection
         )
         self._previous: npt.NDArray[np.float32] | None = None
         waiting: dict[int, np.ndarray] = {}
@@ -255,29 +264,31 @@ class TrackFeed:
 
     def _look_back(self, tracker: FaceTracker, held: dict[int, np.ndarray]) -> None:
         """Strict mode: for each track whose motion just became known, look closely at the frames before its first
-        detection (those still held, up to ``track_gap`` of them) where that motion puts its face, and add what is
-        found there to the track; stop at the first frame where nothing is."""
+        detection (those of the chunk still held, up to :data:`~shared.strict_blur.LOOK_BACK` of them) where that
+        motion puts its face, and add what is found there to the track; stop where two frames in a row show none
+        (one is passed over: the tracker fills it, as a gap between two detections)."""
         assert isinstance(self.finder, DetectionSweep)
         for ident, first, box, velocity in tracker.newly_moving():
-            anchor = box
-            for back in range(1, self.options.track_gap + 1):
+            anchor, steps = box, 1  # the last box found, and how many frames before it the next frame looked at is
+            for back in range(1, LOOK_BACK + 1):
                 frame = held.get(first - back)
                 if frame is None:
                     break
-                expected = np.asarray(anchor - velocity, np.float32)
+                expected = np.asarray(anchor - velocity * steps, np.float32)
                 found = self.finder.look_around(frame, [expected], max(self.limits.low, AROUND_SCORE))
-                if not found:
-                    break
                 centre = (expected[:2] + expected[2:]) / 2
                 distances = [float(np.linalg.norm((f.box[:2] + f.box[2:]) / 2 - centre)) for f in found]
-                nearest = found[int(np.argmin(distances))]
                 # a face farther than a face size away is another one (on the 720p clip of seed 13, a face entering
                 # at the edge beneath another took that one's track back four frames)
-                if min(distances) > float(max(expected[2:] - expected[:2])):
-                    break
+                if not found or min(distances) > float(max(expected[2:] - expected[:2])):
+                    steps += 1
+                    if steps > 2:
+                        break
+                    continue  # on the 720p clip of seed 32, a motion-blurred frame stopped a turned face's look-back
+                nearest = found[int(np.argmin(distances))]
                 if not tracker.observe_before(ident, first - back, replace(nearest, track=ident)):
                     break
-                anchor = nearest.box
+                anchor, steps = nearest.box, 1
 
     def _on_device(self, batch: FrameBatch, start: int, stop: int) -> list[list[Face]] | None:
         """The faces of ``batch[start:stop]`` found where its frames already are, or ``None``. Asked per part, so

@@ -116,6 +116,8 @@ class FaceTracker:
         edge_coast: a lost track whose last box reached an edge of the frame (:attr:`frame`, set by the caller),
             its side there moving out across it, found confidently within ``context`` frames of its last detection,
             is carried on for up to this many frames (if more than ``coast``) while its box still reaches into it.
+        hold: frames fed before a frame is handed back, where more than ``context``: room to look back further from a
+            new track's first detection (:meth:`observe_before`; an anonymiser's choice).
 
     Raises:
         ValueError: thresholds out of order or out of range.
@@ -132,6 +134,7 @@ class FaceTracker:
         coast: int = 0,
         reach: float = 0.0,
         edge_coast: int = 0,
+        hold: int = 0,
     ) -> None:
         if not 0.0 < low <= high <= 1.0:
             raise ValueError(f"tracker thresholds must satisfy 0 < low ≤ high ≤ 1, got low={low}, high={high}")
@@ -144,6 +147,7 @@ class FaceTracker:
         self.frame: tuple[int, int] | None = None  # (width, height) of the frames fed: where their edges are
         self._cuts: list[int] = []  # frames that start a new scene (:meth:`cut`)
         self.context = context_frames(max_gap, smoothing)
+        self.hold = max(self.context, hold)
         self._tracks: list[_Track] = []
         self._detected: dict[int, list[tuple[Face, int]]] = {}  # frame -> (face, track id)
         self._by_id: dict[int, _Track] = {}
@@ -244,8 +248,8 @@ class FaceTracker:
         return [(det, tracks[trk]) for det, trk in match_overlapping(np.stack([f.box for f in faces]), predicted)]
 
     def ready(self) -> Iterator[TrackedFrame]:
-        """The frames whose faces are decided: every frame with ``context`` later frames fed, in order."""
-        while self._done + self.context < self._fed:
+        """The frames whose faces are decided: every frame with ``hold`` later frames fed, in order."""
+        while self._done + self.hold < self._fed:
             yield self._decide(self._done)
 
     def flush(self) -> Iterator[TrackedFrame]:
@@ -264,7 +268,7 @@ class FaceTracker:
         index = self._fed  # the next frame that would be fed
         if index > last + self.context:
             return True
-        if self.coast and index - self.coast <= last:
+        if self.coast and index - max(self.coast, self.hold - 1) <= last:
             return False  # a face first found in the next frame would be carried back into the chunk's last frames
         if self.radius > 0:
             return False

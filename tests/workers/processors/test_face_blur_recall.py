@@ -104,3 +104,16 @@ def test_strict_face_blur_keeps_a_face_half_out_of_the_frame_hidden_while_its_de
     assert len(edge) >= 14  # the face-frames judged (one where too little of it is in the frame is not)
     shown = [frame for frame, _ in sorted(edge) if outcome.score.shown[(frame, 5)]]
     assert shown == [], f"frames {shown} of the face leaving at the edge showed"
+
+
+def test_strict_face_blur_looks_back_past_a_motion_blurred_frame_to_a_turned_faces_first_frames() -> None:
+    # frames 0-13 of the 720p benchmark clip of seed 32: a face of 34-38 px turned 20-36° is first found in frame 8;
+    # looking back closely from there finds it in frames 7 and 6, not in 5 (motion-blurred), then in 4-0. The look-back
+    # stopped at the first frame with no face, and reached only face.track_gap frames back: frames 0-3 showed
+    generated = list(itertools.islice(generate(ClipSpec(width=1280, height=720, frames=40, seed=32)), 14))
+    assert "blur" in next(t for t in generated[5][1] if t.face == 3).notes
+    outcome = blur_clip([f for f, _ in generated], [t for _, t in generated], {})
+    judged = sorted(k for k in outcome.score.shown if k[1] == 3 and k[0] <= 8)
+    assert [frame for frame, _ in judged] == list(range(9))
+    shown = [frame for frame, _ in judged if outcome.score.shown[(frame, 3)]]
+    assert shown == [], f"frames {shown} of the turned face showed before it was found"
