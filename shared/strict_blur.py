@@ -181,8 +181,9 @@ EDGE_FACE = 48
 720p benchmark clip of seed 34 a 33–38-px face with its upper half in the frame for all 40 frames, found by no other
 pass, scored 0.38–0.75 with YuNet in 27 of its 30 frames at 48 px (0.22–0.65, 22 frames at 0.35 or more, at 40 px);
 over seeds 31–34 at 720p and 1080p, strict mode hid 99.28 % of the face-frames at 48 px, 99.22 % at 40 px (97.56 %
-without the edge pass), in 6 model runs a 720p frame and 10 a 1080p one (5 and 6 at 40 px), shared out over
-``face.blur_scan_period`` frames (2026-12-06)."""
+without the edge pass), in 6 model runs a 720p frame and 10 a 1080p one as 640-px canvases (5 and 6 at 40 px),
+shared out over ``face.blur_scan_period`` frames (2026-12-06); 2 runs a frame, the strips whole, where the detector
+takes a picture of any size (YuNet)."""
 
 EDGE_SCORE = 0.35
 """The least score of a face the edge pass finds: a mirrored strip of plain background gave false faces at 0.15–0.32
