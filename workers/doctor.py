@@ -29,8 +29,9 @@ from shared.licences import disabled_models
 from shared.options import ProcessorName
 from shared.settings import Settings
 from workers.engines.capability import probe_cpu
+from workers.engines.choosing import EngineChoice, compile_mode, max_batch
 from workers.engines.family import detect_family, torch_build
-from workers.engines.loading import ONNX_RUNTIME_KINDS, EngineChoice, compile_mode, kept_choice, max_batch
+from workers.engines.loading import ONNX_RUNTIME_KINDS, kept_choice
 from workers.frames.choice import frame_backend, frame_path_engine
 from workers.models.custom import custom_models
 from workers.models.registry import REGISTRY

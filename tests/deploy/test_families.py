@@ -15,8 +15,8 @@ from shared.settings import Settings
 from shared.tasks import render_queue, render_queues
 from tests.deploy.deployfiles import DOCKER, compose, dockerfiles, env_instructions, environment, extras
 from tests.deploy.test_compose import REQUIRED
+from workers.engines.choosing import compile_mode
 from workers.engines.family import family_from_providers, refused_render_queues
-from workers.engines.loading import compile_mode
 from workers.engines.onnx import PROVIDER_ORDER, choose_providers
 
 IMAGES = dockerfiles()

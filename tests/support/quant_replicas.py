@@ -8,6 +8,7 @@ so its fp32 output is ordinary — loses the other channels to rounding when qua
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 import onnx
 from onnx import numpy_helper
 
@@ -56,3 +57,15 @@ def int8_inswapper(*, outlier: bool) -> onnx.ModelProto:
     if outlier:
         return as_inswapper(outlier_channel(size=128))
     return as_inswapper(swapper("inswapper_128", 128, width=8, output_range=(0.0, 1.0)))
+
+
+def crops(seed: int, count: int = 4) -> dict[str, npt.NDArray[np.float32]]:
+    """Inputs for these replicas: smooth crops in [-1, 1] (noise at an eighth of the side, upsampled) and unit
+    identity vectors."""
+    rng = np.random.default_rng(seed)
+    coarse = rng.uniform(-1, 1, (count, 3, SIZE // 8, SIZE // 8)).astype(np.float32)
+    source = rng.standard_normal((count, 512)).astype(np.float32)
+    return {
+        "target": coarse.repeat(8, axis=2).repeat(8, axis=3),
+        "source": source / np.linalg.norm(source, axis=1, keepdims=True),
+    }

@@ -1,14 +1,11 @@
 """Loading a heavy face model (a swapper or an enhancer) on the engine chosen for it and this worker's family.
 
-``settings.engine`` picks the engine, ``settings.model_engines`` overrides it per model. ``auto`` picks, per machine,
-the fastest engine that keeps quality (:func:`choose_engine`): the compiled torch engine on CUDA/ROCm; with int8 set
-(``torch_precision``) the compiled torch engine in int8, each model held to fp32 by its guard and in bf16 where it
-fails (:mod:`workers.engines.quantising`); on CPUs that compute bf16 natively (AMX or AVX-512 BF16, as
-:mod:`workers.engines.capability` probes it) whichever of the compiled torch engine in bf16 — its swapped crops stay
-above 35 dB PSNR of fp32's (tests/workers/engines/test_torch_engine.py) — and ONNX Runtime fp32 runs the model faster
-here, measured on its first use (:mod:`workers.engines.trials`); ONNX Runtime fp32 elsewhere. A model the torch
-converter cannot take runs on ONNX Runtime instead, with a :class:`~workers.engines.base.Degradation` the render
-step reports; it never fails the job.
+``settings.engine`` picks the engine, ``settings.model_engines`` overrides it per model; ``auto`` picks per machine
+(:func:`workers.engines.choosing.choose_engine`). On a CPU that computes bf16 natively, a model is put on trial
+(:mod:`workers.engines.trials`): it starts on ONNX Runtime and is timed against the compiled torch engine (in int8
+where the CPU has VNNI, held to fp32 by its guard and in bf16 where it fails: :mod:`workers.engines.quantising`),
+the faster kept. A model the torch converter cannot take runs on ONNX Runtime instead, with a
+:class:`~workers.engines.base.Degradation` the render step reports; it never fails the job.
 
 A loaded model comes with its :class:`~workers.engines.batching.FittedBatches`: how many faces go in one call,
 fitted to the device's memory and halved on out-of-memory. Models are loaded once per process and shared by every
@@ -17,7 +14,6 @@ chunk and job (:func:`loads` counts the loads).
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import threading
 from collections import Counter
@@ -28,11 +24,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from shared.errors import ModelError
-from shared.families import FAMILIES, GPU_FAMILIES, AcceleratorFamily
-from shared.settings import CompileMode, EngineName, Precision, Settings
+from shared.families import FAMILIES, AcceleratorFamily
+from shared.settings import CompileMode, Precision, Settings
 from workers.engines.base import Degradation, Engine
 from workers.engines.batching import FittedBatches
 from workers.engines.capability import CpuProbe, probe_cpu
+from workers.engines.choosing import EngineChoice, choose_engine, compile_mode, max_batch, torch_installed
 from workers.engines.family import detect_family
 from workers.engines.memory import DeviceMemory, HostMemory, memory_for
 from workers.engines.onnx import OnnxEngine, release_sessions
@@ -45,103 +42,11 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-GPU_MAX_BATCH = 64
 ONNX_RUNTIME_KINDS: frozenset[ModelKind] = frozenset({"detector", "recognizer", "embedding_converter"})
 """The kinds of model loaded straight onto ONNX Runtime, never through :func:`load_model` (no engine is chosen for
 them): the detectors (:mod:`workers.faces.detection`; the device path converts them itself), the recogniser
 (:mod:`workers.faces.recognition`) and the swappers' embedding converters (:mod:`workers.faces.swapping`)."""
 _LOADING = threading.Lock()  # a warm-up thread and a task asking for the same model load it once
-
-
-def torch_installed() -> bool:
-    return importlib.util.find_spec("torch") is not None
-
-
-@dataclass(frozen=True)
-class EngineChoice:
-    """The engine and precision a model runs with on this machine, and why (``swapfarm doctor`` prints it)."""
-
-    engine: EngineName
-    precision: Precision
-    reason: str
-    trial: bool = False
-    """Whether the model is put on trial against ONNX Runtime on first use (:mod:`workers.engines.trials`), with
-    ``engine`` and ``precision`` the contender's: unless a kept trial says otherwise, it starts on ONNX Runtime."""
-
-
-def choose_engine(
-    settings: Settings, family: AcceleratorFamily, model: str, *, cpu: CpuProbe = probe_cpu
-) -> EngineChoice:
-    """The engine for ``model`` on a worker of ``family``: the model's override, else ``settings.engine``.
-
-    ``auto`` resolves to the compiled torch engine on CUDA/ROCm (if torch is installed). On a ``cpu`` worker, to
-    the fastest path this CPU (``cpu()``) has, as measured on the swapper (docs/engines.md): with int8 dot products
-    (VNNI) and PT2E available, torch int8 — each model calibrated on its first inputs and held to fp32 by its
-    guard, bf16 where it fails; with native bf16 (AMX or AVX-512 BF16), torch bf16; unless the precision is set
-    to something else. ONNX Runtime everywhere else (fp32, OpenVINO, CoreML).
-    """
-    wanted = settings.model_engines.get(model, settings.engine)
-    precision = _precision(settings, family, cpu)
-    if wanted == "onnxruntime":
-        return EngineChoice("onnxruntime", "fp32", "ONNX Runtime, as set")
-    if wanted == "torch":
-        return EngineChoice("torch", precision, f"compiled torch in {precision}, as set")
-    if not torch_installed():
-        return EngineChoice("onnxruntime", "fp32", "auto: torch is not installed")
-    if family in GPU_FAMILIES:
-        return EngineChoice("torch", precision, f"auto: compiled torch on {family} (measured faster than ONNX Runtime)")
-    if family != "cpu":
-        return EngineChoice("onnxruntime", "fp32", f"auto: ONNX Runtime with the {family} provider")
-    capability = cpu()
-    if precision == "int8":
-        return EngineChoice(
-            "torch",
-            "int8",
-            f"auto with int8 set ({capability.describe()}): compiled torch in int8 (PT2E), "
-            "calibrated on the first faces, held to fp32 by its guard (bf16 where it fails)",
-        )
-    if not capability.native_bf16:
-        return EngineChoice(
-            "onnxruntime", "fp32", f"auto: the CPU has no native bf16 ({capability.describe()}): ONNX Runtime fp32"
-        )
-    if precision != "bf16":
-        return EngineChoice("onnxruntime", "fp32", f"auto: torch precision set to {precision}: ONNX Runtime fp32")
-    return EngineChoice(
-        "torch",
-        "bf16",
-        f"auto: the CPU computes bf16 natively ({capability.describe()}): compiled torch in bf16 where it runs the "
-        "model faster than ONNX Runtime fp32, timed on its first use (starting on ONNX Runtime) and kept with the "
-        "compile cache (crops within 35 dB PSNR of fp32)",
-        trial=True,
-    )
-
-
-def _precision(settings: Settings, family: AcceleratorFamily, cpu: CpuProbe) -> Precision:
-    if settings.torch_precision != "auto":
-        return settings.torch_precision
-    if family != "cpu":
-        return "fp32"
-    # int8 only where it is set (SWAPFARM_TORCH_PRECISION=int8): the guard refuses the swapper replicas measured so
-    # far (24 dB against the 35 dB bound, docs/engines.md), so picking it by default would make every new compile
-    # cache pay 32 uncompiled fp32 faces and the quantising, then warn and run bf16 anyway.
-    return "bf16" if cpu().native_bf16 else "fp32"
-
-
-def compile_mode(settings: Settings, family: AcceleratorFamily) -> CompileMode:
-    """``settings.torch_compile_mode``, with ``auto`` as max-autotune on CUDA/ROCm (by design: CUDA graphs and
-    autotuned kernels) and ``default`` on the CPU, where max-autotune only autotunes matrix-product templates — the
-    linear layers, a sliver of a face model's work — and measured no faster (benchmarks/face_swap_cpu.py
-    ``--levers``)."""
-    if settings.torch_compile_mode != "auto":
-        return settings.torch_compile_mode
-    return "max-autotune" if family in GPU_FAMILIES else "default"
-
-
-def max_batch(settings: Settings, family: AcceleratorFamily) -> int:
-    """The largest batch bucket before fitting to memory."""
-    if settings.torch_max_batch is not None:
-        return settings.torch_max_batch
-    return GPU_MAX_BATCH if family in GPU_FAMILIES else settings.batch_size
 
 
 @dataclass(frozen=True)

@@ -277,9 +277,9 @@ class TorchEngine(Int8Steps):
 
     def warmup(self) -> None:
         """Compile the largest bucket — the one a busy worker runs — and run it twice, measuring the memory one
-        more item costs (then fitting the buckets to free memory). Other buckets compile when first used."""
-        if any(self._concrete(spec) is None for spec in self._inputs):
-            logger.debug("warmup skipped: dynamic input sizes and no spatial_size given")
+        more item costs (then fitting the buckets to free memory). Other buckets compile when first used. Skipped
+        where input sizes are dynamic, and by an int8 engine still calibrating (on the job's first items, not zeros)."""
+        if self.calibrating or any(self._concrete(spec) is None for spec in self._inputs):
             return
         bucket = self._buckets[-1]
         for _ in range(2 if self.per_item_bytes is None else 1):

@@ -10,13 +10,20 @@ kept in the compile cache folder (:class:`TrialBook`), keyed by the model file's
 versions and the batch, so a restarted worker loads the winner at once and ``swapfarm doctor`` says what was
 measured. The torch engine must be faster by :data:`MARGIN` to win: otherwise
 ONNX Runtime keeps the model, and later processes never compile it.
+
+A contender in int8 calibrates first: the trial hands it copies of the job's own inputs (those ONNX Runtime is
+running) until it has quantised and passed its guard, or failed it and turned to bf16; it is then compiled and
+timed in the precision it ended in, and the trial's verdict says what the guard measured.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import hashlib
 import json
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -26,8 +33,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from shared.settings import EngineName, Precision
-from workers.engines.base import Engine, Tensor
+from workers.engines.base import Engine, EngineStats, Tensor
 from workers.engines.cache_files import write_json
 from workers.engines.onnx import OnnxEngine
 
@@ -37,6 +46,9 @@ MARGIN = 1.1
 """How much faster (per item) the compiled torch engine must run than ONNX Runtime to be chosen."""
 ROUNDS = 3
 """Timed calls of each engine, alternating; the best of each is its figure."""
+CALIBRATION_CALLS = 4
+"""The job's calls a calibrating contender may lag behind by (copies of their inputs wait for it; more are not
+copied)."""
 
 
 @dataclass(frozen=True)
@@ -51,6 +63,7 @@ class Trial:
         batch: the batch both ran.
         cpu: the CPU it was measured on, in words.
         measured: when (UTC, ISO 8601).
+        note: what the contender's int8 guard measured, where it calibrated (``""`` otherwise).
     """
 
     model: str
@@ -60,11 +73,13 @@ class Trial:
     batch: int
     cpu: str
     measured: str
+    note: str = ""
 
     def describe(self) -> str:
         """In words, e.g. ``measured at batch 8: torch bf16 0.312 s an item, onnxruntime fp32 0.731 s: torch bf16``."""
         figures = ", ".join(f"{label} {seconds:.3g} s an item" for label, seconds in self.seconds.items())
-        return f"measured at batch {self.batch} on {self.measured[:10]}: {figures}: {self.engine} {self.precision}"
+        said = f"measured at batch {self.batch} on {self.measured[:10]}: {figures}: {self.engine} {self.precision}"
+        return f"{said} ({self.note})" if self.note else said
 
 
 class TrialBook:
@@ -161,6 +176,8 @@ class TrialEngine:
         self._timing: tuple[OnnxEngine, Engine] | None = None  # first and the compiled contender, while timed
         self._times: dict[str, list[float]] = {label: [] for label in labels}
         self._turn = 0
+        self._wanted: queue.Queue[dict[str, Tensor]] | None = None  # inputs for a contender calibrating on them
+        self._note = ""
         self.trial: Trial | None = None
         """The verdict, once measured (``None`` before, and when the torch engine could not run the model)."""
         self.fallback: str | None = None
@@ -191,10 +208,18 @@ class TrialEngine:
 
     @property
     def stats(self) -> Any:
-        """The active engine's counters, if it keeps any (the torch engine does)."""
-        return getattr(self._active, "stats", None)
+        """The active engine's counters, if it keeps any (the torch engine does). A contender that failed its int8
+        guard and won in bf16 is no precision fallback: int8 was tried, not asked for (the verdict says so)."""
+        stats = getattr(self._active, "stats", None)
+        if isinstance(stats, EngineStats) and stats.precision_fallback:
+            return dataclasses.replace(stats, precision_fallback=None)
+        return stats
 
     def run(self, inputs: Mapping[str, Tensor]) -> list[Tensor]:
+        wanted = self._wanted
+        if wanted is not None:
+            with contextlib.suppress(queue.Full):
+                wanted.put_nowait({name: np.array(value, copy=True) for name, value in inputs.items()})
         timing = self._timing
         if timing is None or len(next(iter(inputs.values()))) != self._batch:
             return self._active.run(inputs)
@@ -233,7 +258,9 @@ class TrialEngine:
         faster = seconds_per_item[self._labels[0]] > MARGIN * seconds_per_item[self._labels[1]]
         engine, precision = self._winners[1] if faster else self._winners[0]
         measured = datetime.now(UTC).isoformat(timespec="seconds")
-        self.trial = Trial(self._model, engine, precision, seconds_per_item, self._batch, self._cpu, measured)
+        self.trial = Trial(
+            self._model, engine, precision, seconds_per_item, self._batch, self._cpu, measured, self._note
+        )
         if faster:
             self._active = contender
             self._first = None
@@ -266,6 +293,8 @@ class TrialEngine:
                 logger.warning("model %s stays on %s: %s", self._model, self._labels[0], contender)
                 self._fall_back(contender)
                 return
+            if getattr(contender, "calibrating", False):
+                self._calibrate(contender)
             contender.run(self._inputs)  # compiles the batch the trial times
         except Exception as error:  # a failed trial leaves the model where it runs; the job goes on
             logger.exception("model %s: its engine trial failed; it stays on %s", self._model, self._labels[0])
@@ -275,6 +304,22 @@ class TrialEngine:
             if self._first is not None:
                 self._timing = (self._first, contender)
         logger.info("model %s: %s is ready; timing it against %s", self._model, self._labels[1], self._labels[0])
+
+    def _calibrate(self, contender: Engine) -> None:
+        """Hand an int8 contender the job's own inputs until it has calibrated; then time it as what it became
+        (int8, or bf16 where its guard failed)."""
+        logger.info("model %s: %s calibrates on the job's inputs", self._model, self._labels[1])
+        self._wanted = queue.Queue(maxsize=CALIBRATION_CALLS)
+        while getattr(contender, "calibrating", False):
+            contender.run(self._wanted.get())
+        self._wanted = None
+        stats = getattr(contender, "stats", None)
+        precision: Precision = getattr(contender, "precision", self._winners[1][1])
+        self._labels = (self._labels[0], f"torch {precision}")
+        self._winners = (self._winners[0], ("torch", precision))
+        self._times = {label: [] for label in self._labels}
+        fallback = getattr(stats, "precision_fallback", None)
+        self._note = f"int8 {fallback}" if fallback else str(getattr(stats, "guard", None) or "")
 
 
 def _reason(error: Exception) -> str:

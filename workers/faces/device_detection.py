@@ -30,9 +30,9 @@ from shared.settings import CompileMode, Settings
 from shared.strict_blur import ZOOM_UP_TO
 from workers import degradations
 from workers.engines.base import Degradation
+from workers.engines.choosing import compile_mode
 from workers.engines.compiling import Compiler, compile_module, use_compile_cache
 from workers.engines.family import detect_family
-from workers.engines.loading import compile_mode
 from workers.engines.onnx_to_torch import convert
 from workers.engines.torch_engine import TorchEngine
 from workers.faces.batched_decoding import DECODERS, survivors

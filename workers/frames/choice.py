@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, cast
 
 from shared.families import AcceleratorFamily
 from shared.settings import Settings
-from workers.engines.loading import EngineChoice, choose_engine
+from workers.engines.choosing import EngineChoice, choose_engine
 
 if TYPE_CHECKING:
     from workers.frames.backend import FrameBackend

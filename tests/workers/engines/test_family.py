@@ -13,8 +13,8 @@ from tests.support.faces import cpu_settings
 from tests.support.replicas import arcface_w600k_r50, install_replica, replica_settings
 from workers.doctor import diagnose, hardware_codecs
 from workers.engines.capability import probe_cpu
+from workers.engines.choosing import choose_engine
 from workers.engines.family import _family_from_torch, detect_family, refused_render_queues, torch_build
-from workers.engines.loading import choose_engine
 from workers.engines.onnx import OnnxEngine
 from workers.faces.recognition import FaceEmbedder
 

@@ -20,11 +20,12 @@ import onnx
 import pytest
 
 from shared.settings import Settings
-from tests.support.quant_replicas import SIZE, outlier_channel, well_quantised
+from tests.support.quant_replicas import SIZE, crops, outlier_channel, well_quantised
 from workers.engines.batching import FittedBatches
 from workers.engines.capability import CpuCapability
+from workers.engines.choosing import choose_engine
 from workers.engines.compiling import conversion
-from workers.engines.loading import LoadedModel, choose_engine
+from workers.engines.loading import LoadedModel
 from workers.engines.onnx_to_torch import convert
 from workers.engines.quantising import MIN_PSNR, Int8Plan, QuantisedGraphs, face_ellipse, model_hash
 from workers.engines.torch_engine import TorchEngine
@@ -32,17 +33,6 @@ from workers.engines.torch_engine import TorchEngine
 Array = npt.NDArray[Any]
 ITEMS = 8
 """Items calibrated on in these tests (the engine's default is 32)."""
-
-
-def _feeds(seed: int, count: int = 4) -> dict[str, Array]:
-    """Smooth crops in [-1, 1] (noise at an eighth of the side, upsampled) and unit identity vectors."""
-    rng = np.random.default_rng(seed)
-    coarse = rng.uniform(-1, 1, (count, 3, SIZE // 8, SIZE // 8)).astype(np.float32)
-    source = rng.standard_normal((count, 512)).astype(np.float32)
-    return {
-        "target": coarse.repeat(8, axis=2).repeat(8, axis=3),
-        "source": source / np.linalg.norm(source, axis=1, keepdims=True),
-    }
 
 
 def _psnr_in_face(want: Array, got: Array) -> float:
@@ -73,14 +63,14 @@ def _fp32(path: Path, feeds: dict[str, Array]) -> Array:
 @pytest.mark.slow
 def test_a_model_that_quantises_well_runs_compiled_int8_within_35_db_of_fp32(tmp_path: Path) -> None:
     engine, path = _int8_engine(well_quantised(), tmp_path, mode="default")
-    calibration = [_feeds(seed) for seed in range(ITEMS // 4)]
+    calibration = [crops(seed) for seed in range(ITEMS // 4)]
     first = [engine.run(feeds)[0] for feeds in calibration]
     assert engine.stats.int8 == "calibrated" and engine.stats.calibrated_items == ITEMS
     assert engine.precision == "int8" and not engine.stats.precision_fallback
     assert engine.stats.guard is not None and ">= 35" in engine.stats.guard
     # the calibration calls' outputs are fp32's own (the guard's reference), so the job's first faces are exact
     assert all(np.array_equal(a, _fp32(path, feeds)) for a, feeds in zip(first, calibration, strict=True))
-    fresh = _feeds(seed=100)
+    fresh = crops(seed=100)
     got = engine.run(fresh)[0]
     assert engine.stats.compiles == 1 and engine.mode == "default"  # the int8 graph compiled (with freezing)
     assert _psnr_in_face(_fp32(path, fresh), got) >= MIN_PSNR
@@ -93,13 +83,15 @@ def test_a_model_with_an_outlier_channel_fails_the_guard_and_runs_bf16_as_a_visi
     tmp_path: Path,
 ) -> None:
     engine, path = _int8_engine(outlier_channel(), tmp_path)
+    engine.warmup()  # as a worker starts: an int8 engine calibrates on the job's first items, not on zeros
+    assert engine.calibrating and engine.stats.calibrated_items == 0 and not engine.stats.warmed_buckets
     for seed in range(ITEMS // 4):
-        engine.run(_feeds(seed))
+        engine.run(crops(seed))
     assert engine.precision == "bf16" and engine.stats.int8 is None
     assert engine.stats.guard is not None and "< 35" in engine.stats.guard
     (degradation,) = LoadedModel(engine, None, FittedBatches(4), name="outlier").degradations()
     assert degradation.kind == "precision_fallback" and "bf16" in degradation.message
-    fresh = _feeds(seed=100)
+    fresh = crops(seed=100)
     assert _psnr_in_face(_fp32(path, fresh), engine.run(fresh)[0]) >= MIN_PSNR  # bf16 keeps the faces
     # the verdict is kept: a restarted worker goes to bf16 at once, without calibrating again
     again, _ = _int8_engine(outlier_channel(), tmp_path)
@@ -157,24 +149,24 @@ PLAIN = CpuCapability("AVX2")
 
 
 @pytest.mark.parametrize(
-    ("capability", "family", "overrides", "engine", "precision"),
+    ("capability", "family", "overrides", "engine", "precision", "trial"),
     [
-        (NATIVE, "cpu", {}, "torch", "bf16"),
-        (NATIVE, "cpu", {"torch_precision": "int8"}, "torch", "int8"),
-        (VNNI_ONLY, "cpu", {}, "onnxruntime", "fp32"),
-        (VNNI_ONLY, "cpu", {"torch_precision": "int8"}, "torch", "int8"),
-        (BF16_ONLY, "cpu", {}, "torch", "bf16"),
-        (PLAIN, "cpu", {}, "onnxruntime", "fp32"),
-        (NATIVE, "cpu", {"torch_precision": "bf16"}, "torch", "bf16"),
-        (NATIVE, "cpu", {"torch_precision": "fp32"}, "onnxruntime", "fp32"),
-        (NATIVE, "openvino", {}, "onnxruntime", "fp32"),
-        (NATIVE, "cpu", {"model_engines": {"inswapper_128": "onnxruntime"}}, "onnxruntime", "fp32"),
+        (NATIVE, "cpu", {}, "torch", "int8", True),
+        (NATIVE, "cpu", {"torch_precision": "int8"}, "torch", "int8", False),
+        (VNNI_ONLY, "cpu", {}, "onnxruntime", "fp32", False),
+        (VNNI_ONLY, "cpu", {"torch_precision": "int8"}, "torch", "int8", False),
+        (BF16_ONLY, "cpu", {}, "torch", "bf16", True),
+        (PLAIN, "cpu", {}, "onnxruntime", "fp32", False),
+        (NATIVE, "cpu", {"torch_precision": "bf16"}, "torch", "bf16", True),
+        (NATIVE, "cpu", {"torch_precision": "fp32"}, "onnxruntime", "fp32", False),
+        (NATIVE, "openvino", {}, "onnxruntime", "fp32", False),
+        (NATIVE, "cpu", {"model_engines": {"inswapper_128": "onnxruntime"}}, "onnxruntime", "fp32", False),
     ],
 )
-def test_auto_picks_bf16_where_native_and_int8_only_where_set(
-    capability: CpuCapability, family: Any, overrides: dict[str, Any], engine: str, precision: str
+def test_auto_times_int8_where_the_cpu_has_vnni_and_bf16_where_native_and_int8_set_runs_untimed(
+    capability: CpuCapability, family: Any, overrides: dict[str, Any], engine: str, precision: str, trial: bool
 ) -> None:
     settings = Settings(environment="test", engine="auto", family=family, **overrides)
     choice = choose_engine(settings, family, "inswapper_128", cpu=lambda: capability)
-    assert (choice.engine, choice.precision) == (engine, precision), choice.reason
+    assert (choice.engine, choice.precision, choice.trial) == (engine, precision, trial), choice.reason
     assert choice.reason

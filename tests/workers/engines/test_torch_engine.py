@@ -28,8 +28,9 @@ from tests.support import replicas
 from tests.support.faces import clip_frames, detector, psnr
 from tests.support.replicas import install_replica, realistic_emap, replica_settings
 from workers.engines.capability import CpuCapability
+from workers.engines.choosing import EngineChoice, choose_engine, compile_mode
 from workers.engines.compiling import MemoryNotes, buckets, conversion, plan_calls
-from workers.engines.loading import EngineChoice, choose_engine, compile_mode, load_model
+from workers.engines.loading import load_model
 from workers.engines.onnx import OnnxEngine
 from workers.engines.onnx_to_torch import OnnxModule, convert
 from workers.engines.torch_engine import TorchEngine

@@ -17,12 +17,14 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from tests.support.quant_replicas import crops, outlier_channel, well_quantised
 from tests.support.replicas import replica_settings
 from workers.doctor import diagnose
 from workers.engines.base import Engine
 from workers.engines.batching import FittedBatches
 from workers.engines.capability import probe_cpu
-from workers.engines.loading import LoadedModel, choose_engine, kept_trial, load_model, loads, trial_key
+from workers.engines.choosing import choose_engine
+from workers.engines.loading import LoadedModel, kept_trial, load_model, loads, trial_key
 from workers.engines.memory import HostMemory
 from workers.engines.onnx import OnnxEngine, cached_models
 from workers.engines.torch_engine import TorchEngine
@@ -249,7 +251,7 @@ def test_auto_puts_a_model_on_trial_and_a_second_process_loads_the_kept_winner_w
     loaded = load_model(model, settings, name="trial_conv", batch_input="input")
     assert isinstance(loaded.engine, TrialEngine)
     _calls_until_decided(loaded.engine, OnnxEngine.load(model, settings).run(_batch())[0])
-    trial = kept_trial(model, settings, "cpu", "bf16")
+    trial = kept_trial(model, settings, "cpu", choose_engine(settings, "cpu", "trial_conv").precision)
     assert trial is not None and trial == loaded.engine.trial and trial.batch == 4
     before = loads()["trial_conv"]
     again = load_model(model, settings, name="trial_conv", batch_input="input")
@@ -257,7 +259,8 @@ def test_auto_puts_a_model_on_trial_and_a_second_process_loads_the_kept_winner_w
     script = textwrap.dedent(f"""
         import json, threading
         from pathlib import Path
-        from tests.support.replicas import replica_settings
+        from tests.support.quant_replicas import crops, outlier_channel, well_quantised
+from tests.support.replicas import replica_settings
         from workers.engines.loading import load_model
         settings = replica_settings(Path({str(tmp_path)!r}), engine="auto",
                                     torch_compile_cache_dir=Path({str(tmp_path / "cache")!r}), batch_size=4)
@@ -274,11 +277,11 @@ def test_auto_puts_a_model_on_trial_and_a_second_process_loads_the_kept_winner_w
 def test_a_kept_trial_decides_the_engine_and_the_doctor_says_what_was_measured(model: Path, tmp_path: Path) -> None:
     settings = replica_settings(tmp_path, engine="auto", torch_compile_cache_dir=tmp_path / "cache", batch_size=4)
     guess = choose_engine(settings, "cpu", "inswapper_128")
-    assert guess.trial and (guess.engine, guess.precision) == ("torch", "bf16")
+    assert guess.trial and (guess.engine, guess.precision) == ("torch", "int8" if probe_cpu().vnni else "bf16")
     book = TrialBook(tmp_path / "cache")
     slower = Trial("trial_conv", "onnxruntime", "fp32", {"onnxruntime fp32": 0.001, "torch bf16": 0.004}, 4,
                    probe_cpu().describe(), "2026-12-05T00:00:00+00:00")  # fmt: skip
-    book.put(trial_key(model, settings, "cpu", "bf16"), slower)
+    book.put(trial_key(model, settings, "cpu", guess.precision), slower)
     loaded = load_model(model, settings, name="trial_conv", batch_input="input")
     assert isinstance(loaded.engine, OnnxEngine), "the kept verdict, no trial and no compile"
     book.put("another-file", Trial("inswapper_128", "torch", "bf16", {"onnxruntime fp32": 0.7, "torch bf16": 0.3}, 8,
@@ -290,3 +293,55 @@ def test_a_kept_trial_decides_the_engine_and_the_doctor_says_what_was_measured(m
         if "inswapper_128" in label.removeprefix("face_swapper: ").split(" and ")[0].split(", ")
     )
     assert swapper.startswith("torch bf16 — auto: measured at batch 8 on 2026-12-05: onnxruntime fp32 0.7 s an item")
+
+
+def _int8_trial(tmp_path: Path, model: onnx.ModelProto) -> tuple[TrialEngine, list[Trial]]:
+    """A model on trial against the torch engine in int8 (the contender ``auto`` builds where the CPU has VNNI: on
+    any CPU here, uncompiled to keep it cheap), run with the job's own crops (a new batch each call) until the trial
+    decides."""
+    path = tmp_path / "models" / f"{model.graph.name}.onnx"
+    path.parent.mkdir(exist_ok=True)
+    onnx.save(model, str(path))
+    settings = replica_settings(tmp_path, engine="onnxruntime", torch_compile_cache_dir=tmp_path / "cache")
+    first = OnnxEngine.load(path, settings)
+
+    def contender() -> TorchEngine:
+        return TorchEngine.load(path, device="cpu", precision="int8", mode="eager", max_batch=4, memory=None,
+                                safety=0.5, cache_dir=tmp_path / "cache")  # fmt: skip
+
+    kept: list[Trial] = []
+    engine = TrialEngine(
+        first, contender, model=model.graph.name, labels=("onnxruntime fp32", "torch int8"),
+        winners=(("onnxruntime", "fp32"), ("torch", "int8")), inputs=crops(999), batch=4, cpu="x",
+        decided=kept.append,
+    )  # fmt: skip
+    engine.start()
+    deadline, seed = time.monotonic() + 600, 0
+    while not engine.wait(0):
+        assert time.monotonic() < deadline, "the trial did not decide"
+        engine.run(crops(seed))
+        seed += 1
+        time.sleep(0.02)
+    return engine, kept
+
+
+@pytest.mark.slow
+def test_an_int8_contender_calibrates_on_the_jobs_own_inputs_and_its_guard_is_in_the_verdict(tmp_path: Path) -> None:
+    engine, kept = _int8_trial(tmp_path, well_quantised())
+    trial = engine.trial
+    assert trial is not None and kept == [trial] and set(trial.seconds) == {"onnxruntime fp32", "torch int8"}, trial
+    # 32 items: the job's calls of 4 crops each, not the trial's example batch (a single call of 4)
+    assert "int8 vs fp32 on 32 calibration items" in trial.note and ">= 35" in trial.note, trial.note
+    assert trial.note in trial.describe()
+    assert list((tmp_path / "cache" / "swapfarm-int8").glob("*.pt2")), "the quantised graph is kept for a restart"
+    assert _loaded(engine).degradations() == []
+
+
+@pytest.mark.slow
+def test_an_int8_contender_failing_its_guard_is_timed_in_bf16_with_no_degradation(tmp_path: Path) -> None:
+    engine, kept = _int8_trial(tmp_path, outlier_channel())
+    trial = engine.trial
+    assert trial is not None and kept == [trial] and set(trial.seconds) == {"onnxruntime fp32", "torch bf16"}, trial
+    assert "failed its quality guard" in trial.note and "< 35" in trial.note, trial.note
+    assert not list((tmp_path / "cache" / "swapfarm-int8").glob("*.pt2"))
+    assert _loaded(engine).degradations() == [], "int8 was tried by auto, not asked for: bf16 is no fallback"

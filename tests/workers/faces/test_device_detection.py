@@ -19,8 +19,8 @@ from shared.processes import child_env
 from shared.settings import CompileMode
 from tests.support.faces import cpu_settings, same_faces
 from workers import degradations
+from workers.engines.choosing import compile_mode
 from workers.engines.compiling import Compiled
-from workers.engines.loading import compile_mode
 from workers.faces.batched_decoding import DECODERS, survivors
 from workers.faces.decoding import STRIDES, decode_scrfd, decode_yolo_face, decode_yunet
 from workers.faces.detection import FaceDetector
