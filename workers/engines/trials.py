@@ -309,10 +309,13 @@ class TrialEngine:
         """Hand an int8 contender the job's own inputs until it has calibrated; then time it as what it became
         (int8, or bf16 where its guard failed)."""
         logger.info("model %s: %s calibrates on the job's inputs", self._model, self._labels[1])
-        self._wanted = queue.Queue(maxsize=CALIBRATION_CALLS)
-        while getattr(contender, "calibrating", False):
-            contender.run(self._wanted.get())
-        self._wanted = None
+        wanted: queue.Queue[dict[str, Tensor]] = queue.Queue(maxsize=CALIBRATION_CALLS)
+        self._wanted = wanted
+        try:
+            while getattr(contender, "calibrating", False):
+                contender.run(wanted.get())
+        finally:
+            self._wanted = None  # also where calibrating raised: the trial ends on ONNX Runtime (_measure)
         stats = getattr(contender, "stats", None)
         precision: Precision = getattr(contender, "precision", self._winners[1][1])
         self._labels = (self._labels[0], f"torch {precision}")

@@ -188,6 +188,32 @@ def test_a_contender_that_cannot_run_the_model_is_reported_as_an_engine_fallback
     assert loaded.degradations()[0].message == engine.fallback
 
 
+class _Calibrating(_Replay):
+    """A contender in int8 that has not yet calibrated (as the torch engine says while it meets its first items)."""
+
+    calibrating = True
+
+
+def test_a_contender_that_raises_while_it_calibrates_on_the_jobs_inputs_leaves_the_model_on_onnx_runtime(
+    model: Path, tmp_path: Path
+) -> None:
+    first = OnnxEngine.load(model, replica_settings(tmp_path))
+    reference = first.run(_batch())[0]
+    contender = _Calibrating([reference], fails_at=1)
+    kept: list[Trial] = []
+    engine = _on_trial(first, lambda: contender, kept)
+    engine.start()
+    deadline = time.monotonic() + 60
+    while not engine.wait(0):  # the job's calls: ONNX Runtime answers them while the contender is handed copies
+        assert time.monotonic() < deadline, "the trial did not end"
+        assert np.array_equal(engine.run(_batch())[0], reference)
+        time.sleep(0.02)
+    assert contender.calls == 1, "it was handed the job's input, and raised"
+    assert engine.trial is None and kept == [] and engine.active is first
+    assert engine.fallback is not None and "(RuntimeError: an Inductor kernel failed" in engine.fallback
+    assert np.array_equal(engine.run(_batch())[0], reference) and contender.calls == 1
+
+
 def test_a_contender_that_raises_in_a_timed_call_leaves_that_call_to_onnx_runtime_and_the_model_on_it(
     model: Path, tmp_path: Path
 ) -> None:
