@@ -196,6 +196,12 @@ class FormInvalidError(RequestInvalidError):
     http_status = 400
 
 
+class UnknownQueryParameterError(RequestInvalidError):
+    """A query parameter the route does not take (a misspelt filter would otherwise be ignored)."""
+
+    code = "query_parameter_unknown"
+
+
 class TooManySourcesError(RequestInvalidError):
     code = "too_many_sources"
 
