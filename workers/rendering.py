@@ -84,7 +84,15 @@ def render_chunk(job_id: str, chunk_id: str, rt: Runtime) -> None:
         # ``shared.reaper``). The claimed chunk's own message stays in the broker as a spare token.
         orphaned = fairness.still_queued(session, chunk_id) if claim.chunk_id != chunk_id else None
     if orphaned is not None:
-        send_all(rt.dispatcher, [orphaned])
+        try:
+            send_all(rt.dispatcher, [orphaned])
+        except Exception as exc:  # whatever the transport raises while the broker is away
+            # The claimed chunk is this worker's now: render it, or it waits out its lease and runs again. The other
+            # stays queued in Postgres, and the reaper re-sends every queued chunk the broker lacks once it answers.
+            logger.warning(
+                "job %s chunk %s: its message could not be sent again (the broker does not answer: %s); the reaper "
+                "re-sends it", job_id, chunk_id, type(exc).__name__,
+            )  # fmt: skip
     with job_context(job_id=claim.job_id, chunk_id=claim.chunk_id), degradations.collecting() as found:
         _render_claimed(rt, claim, options, media, target_url, source_urls, priority)
     degradations.record(rt.db, claim.job_id, found)
