@@ -34,6 +34,13 @@ REDIS_DB = int(os.environ.get("SWAPFARM_TEST_REDIS_DB", "11"))
 # Set in each process of a pytest-xdist run (gw0, gw1 …): such a process brings its own Redis server.
 XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
 
+# Where the environment turns bytecode caching off, every process a test starts (workers, API servers, the CLI) would
+# compile the project from source again, and every pytest process rewrite every test module's asserts again.
+# scripts/test unsets the variable before pytest starts; a plain pytest command (the inner loop's) gets the same here,
+# before any test module is collected.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
+
 # SWAPFARM_TEST_PROFILE=FILE writes a per-test wall and CPU profile (tests/support/cpu_profile.py).
 pytest_plugins = ["tests.support.cpu_profile"]
 
