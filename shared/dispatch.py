@@ -6,6 +6,7 @@ this protocol, so the same step code runs in both.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Protocol
 
@@ -15,6 +16,8 @@ from shared.tasks import DEFAULT_PRIORITY, Message, broker_priority
 
 if TYPE_CHECKING:
     from celery import Celery
+
+logger = logging.getLogger(__name__)
 
 
 class Dispatcher(Protocol):
@@ -34,6 +37,18 @@ class Dispatcher(Protocol):
 def send_all(dispatcher: Dispatcher, messages: Iterable[Message]) -> None:
     for message in messages:
         dispatcher.send(message.task, message.payload, queue=message.queue, priority=message.priority)
+
+
+def send_or_leave_to_reaper(dispatcher: Dispatcher, messages: Iterable[Message]) -> None:
+    """Send messages for work that is queued in Postgres already; where the broker does not answer, log it and go on
+    (the reaper re-sends every queued chunk the broker lacks once it answers), so the caller's own work is not lost
+    with the message: a worker that has just claimed a chunk renders it."""
+    messages = list(messages)
+    try:
+        send_all(dispatcher, messages)
+    except Exception as exc:  # whatever the transport raises while the broker is away
+        what = ", ".join(f"{m.task} {m.payload.model_dump()}" for m in messages)
+        logger.warning("left to the reaper (the broker does not answer: %s): %s", type(exc).__name__, what)
 
 
 class CeleryDispatcher:

@@ -21,7 +21,7 @@ from sqlalchemy.exc import OperationalError
 from shared import events, fairness, jobs, pausing, previewing, worker_health
 from shared.containers import carries_alpha, container_of
 from shared.db import session_scope
-from shared.dispatch import send_all
+from shared.dispatch import send_all, send_or_leave_to_reaper
 from shared.errors import LeaseLostError, ProcessorError, SwapfarmError
 from shared.log_context import job_context
 from shared.media import MediaInfo
@@ -83,16 +83,8 @@ def render_chunk(job_id: str, chunk_id: str, rt: Runtime) -> None:
         # broker holds keeps matching what Postgres says is queued (the reaper compares them chunk by chunk; see
         # ``shared.reaper``). The claimed chunk's own message stays in the broker as a spare token.
         orphaned = fairness.still_queued(session, chunk_id) if claim.chunk_id != chunk_id else None
-    if orphaned is not None:
-        try:
-            send_all(rt.dispatcher, [orphaned])
-        except Exception as exc:  # whatever the transport raises while the broker is away
-            # The claimed chunk is this worker's now: render it, or it waits out its lease and runs again. The other
-            # stays queued in Postgres, and the reaper re-sends every queued chunk the broker lacks once it answers.
-            logger.warning(
-                "job %s chunk %s: its message could not be sent again (the broker does not answer: %s); the reaper "
-                "re-sends it", job_id, chunk_id, type(exc).__name__,
-            )  # fmt: skip
+    if orphaned is not None:  # the claimed chunk is rendered even where the broker is away: the reaper sends this
+        send_or_leave_to_reaper(rt.dispatcher, [orphaned])
     with job_context(job_id=claim.job_id, chunk_id=claim.chunk_id), degradations.collecting() as found:
         _render_claimed(rt, claim, options, media, target_url, source_urls, priority)
     degradations.record(rt.db, claim.job_id, found)
