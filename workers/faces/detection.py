@@ -9,6 +9,7 @@ boxes and landmarks are divided by the kept scale to land in frame coordinates. 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
@@ -31,7 +32,15 @@ from workers.faces.decoding import (
     suppress_detections,
 )
 from workers.faces.tensors import picture_to_tensor
-from workers.faces.tiling import AT_ONCE_MOST, inside_tile, seen_at, tile_origins, tile_pool
+from workers.faces.tiling import (
+    AT_ONCE_MOST,
+    TileGrid,
+    fitted_tiles,
+    inside_tile,
+    seen_at,
+    tile_origins,
+    tile_pool,
+)
 from workers.models.download import resolve
 from workers.models.registry import REGISTRY, ColourOrder, Normalisation
 
@@ -189,7 +198,8 @@ class FaceDetector:
         self.view = size
         self.score = score
         self.at_once = at_once
-        self.runs = 0  # model runs so far (the detector calls a job's events count)
+        self.runs = 0  # model runs so far (the detector calls a job's events count; :meth:`count_runs`)
+        self._runs_lock = threading.Lock()
         self._input_name = engine.input_names[0]
 
     @classmethod
@@ -244,15 +254,12 @@ class FaceDetector:
                 found = self._run_at_once(scaled, threshold)
                 parts.append(Detections(found.boxes / scale, found.scores, found.landmarks / scale))
             return _faces(_merged(parts, threshold), 1.0)
-        due = [
-            origin
-            for number, origin in enumerate(tile_origins(scaled_w, scaled_h, self.size))
-            if tiles is None or tiles[number]
-        ]
-        detected = list(tile_pool().map(lambda origin: self._infer(self._cut(scaled, origin), threshold), due))
-        self.runs += len(due)
+        grid = self._tiles(scaled_w, scaled_h)
+        due = [origin for number, origin in enumerate(grid.origins) if tiles is None or tiles[number]]
+        detected = list(tile_pool().map(lambda origin: self._infer_tile(scaled, origin, grid, threshold), due))
+        self.count_runs(len(due))
         for (x0, y0), tile in zip(due, detected, strict=True):
-            inner = inside_tile(tile.boxes, x0, y0, self.size, scaled_w, scaled_h)
+            inner = inside_tile(tile.boxes, x0, y0, (grid.width, grid.height), scaled_w, scaled_h)
             offset = np.asarray([x0, y0], np.float32)
             parts.append(
                 Detections(
@@ -263,13 +270,25 @@ class FaceDetector:
             )
         return _faces(_merged(parts, threshold), 1.0)
 
+    def count_runs(self, runs: int) -> None:
+        """Add ``runs`` to :attr:`runs` (an anonymiser's sweep runs the model on several threads at once)."""
+        with self._runs_lock:
+            self.runs += runs
+
     def tile_runs(self, height: int, width: int) -> int:
         """The model runs :meth:`detect_frame` makes on a ``height``×``width`` frame besides its whole pass: its
         tiles, or 1 where the frame fits the input whole."""
         _, (scaled_w, scaled_h) = seen_at(height, width, self.view)
         if (scaled_w <= self.size and scaled_h <= self.size) or self._at_once(scaled_w, scaled_h):
             return 1
-        return len(tile_origins(scaled_w, scaled_h, self.size))
+        return len(self._tiles(scaled_w, scaled_h).origins)
+
+    def _tiles(self, width: int, height: int) -> TileGrid:
+        """The tiles a ``width``×``height`` picture is detected in: input-sized, or fitted to it where the model
+        takes any size (:func:`~workers.faces.tiling.fitted_tiles`)."""
+        if self.takes_any_size:
+            return fitted_tiles(width, height, self.size)
+        return TileGrid(self.size, self.size, tile_origins(width, height, self.size))
 
     def _at_once(self, width: int, height: int) -> bool:
         """Whether a ``width``×``height`` picture larger than the input is detected in one run, not in tiles: the
@@ -290,7 +309,7 @@ class FaceDetector:
         height, width = (-(-side // 32) * 32 for side in picture.shape[:2])
         tensor = picture_to_tensor(picture, (height, width), self.spec.normalisation, self.spec.colour_order)
         outputs = engine.run({engine.input_names[0]: tensor})
-        self.runs += 1
+        self.count_runs(1)
         return self.spec.decode(dict(zip(engine.output_names, outputs, strict=True)), (height, width), threshold)
 
     def _whole(self, frame: Frame, threshold: float, scale: float) -> Detections:
@@ -314,12 +333,21 @@ class FaceDetector:
 
     def _run(self, picture: Frame, threshold: float) -> Detections:
         """Detections in ``picture`` (at most the input size; zero-padded bottom/right), in its coordinates."""
-        self.runs += 1
+        self.count_runs(1)
         return self._infer(picture, threshold)
 
-    def _cut(self, picture: Frame, origin: tuple[int, int]) -> Frame:
+    def _infer_tile(self, picture: Frame, origin: tuple[int, int], grid: TileGrid, threshold: float) -> Detections:
+        """:meth:`_infer` on one tile of ``grid`` (on the any-size model where the tile is not the input's size)."""
         x0, y0 = origin
-        return picture[y0 : y0 + self.size, x0 : x0 + self.size]
+        tile = picture[y0 : y0 + grid.height, x0 : x0 + grid.width]
+        if grid.width == grid.height == self.size:
+            return self._infer(tile, threshold)
+        assert isinstance(self.engine, OnnxEngine)
+        engine = self.engine.any_size()
+        tensor = picture_to_tensor(tile, (grid.height, grid.width), self.spec.normalisation, self.spec.colour_order)
+        outputs = engine.run({engine.input_names[0]: tensor})
+        named = dict(zip(engine.output_names, outputs, strict=True))
+        return self.spec.decode(named, (grid.height, grid.width), threshold)
 
     def _infer(self, picture: Frame, threshold: float) -> Detections:
         """:meth:`_run` without counting the run (safe on the tile threads: the caller counts)."""

@@ -6,7 +6,8 @@ in-plane, or under about :data:`~shared.strict_blur.RELIABLE_FACE` px tall in it
 under 0.1 (measured on faces cut from the reference images). A 1280-px frame shrunk into a 640-px input halves every
 face, so an anonymiser's sweep also detects:
 
-* the frame in tiles of the model's input (``face.detector_size``'s tiling, :meth:`FaceDetector.detect_frame`) at
+* the frame in tiles (``face.detector_size``'s tiling, :meth:`FaceDetector.detect_frame`: fitted to the picture where
+  the model takes any size) at
   the scale where ``min_face`` source pixels are :data:`~shared.strict_blur.RELIABLE_FACE` detector pixels: at
   native resolution, enlarged or shrunk as that asks (in one run, where the model takes any size and the passes are
   not shared out over frames: shared, tiles that overlap are seen on every frame where one picture would be seen
@@ -19,15 +20,18 @@ face, so an anonymiser's sweep also detects:
 
 What every pass finds is mapped back into the frame and merged by NMS. A face found on a turned frame keeps its
 landmarks (turned back exactly) and gets an upright box of the same size around the same centre. :attr:`calls`
-counts the model runs, every pass and tile included.
+counts the model runs, every pass and tile included. The passes that need no track (:meth:`DetectionSweep.scan`) run
+ahead of the tracker, two frames at a time (:meth:`DetectionSweep.scan_soon`); the close looks around the tracks'
+boxes run as the tracker reaches the frame (:meth:`DetectionSweep.finish`).
 """
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import Any
 
 import cv2
@@ -57,7 +61,7 @@ from shared.strict_blur import (
 from workers.faces.association import box_iou
 from workers.faces.detection import Face, FaceDetector, suppress_faces
 from workers.faces.edges import edge_canvases, edge_faces
-from workers.faces.tiling import TILE_OVERLAP, seen_at
+from workers.faces.tiling import TILE_OVERLAP, scan_pool, seen_at
 
 __all__ = ["TURN", "ZOOM", "ZOOM_UP_TO", "DetectionSweep"]  # the numbers live in shared.strict_blur
 
@@ -100,8 +104,12 @@ class DetectionSweep:
         self.others = tuple(others)
         self.min_face = float(min_face)
         self.period = max(1, int(period))
-        self.calls = 0  # model runs, every detector, pass and tile
-        self._due: Iterator[bool] = iter(())  # the current frame's schedule of extra runs (:meth:`_take`)
+        self._runs_before = sum(model.runs for model in (detector, *self.others))
+
+    @property
+    def calls(self) -> int:
+        """The model runs made since this sweep was made, every detector, pass and tile."""
+        return sum(model.runs for model in (self.detector, *self.others)) - self._runs_before
 
     def detect(
         self, frames: npt.NDArray[np.uint8] | Sequence[Frame], score: float | None = None, *, first: int = 0
@@ -132,31 +140,53 @@ class DetectionSweep:
                 yet to look closely at, and a face shown only briefly would otherwise wait for its share).
         """
         threshold = self.detector.score if score is None else score
+        return self.finish(frame, self.scan(frame, threshold, number=number, every_pass=every_pass), threshold, around)
+
+    def scan(self, frame: Frame, threshold: float, *, number: int = 0, every_pass: bool = False) -> Scan:
+        """The passes of :meth:`detect_frame` that need no track (every model run but the close looks), at
+        ``threshold``; safe to run for several frames at once, on other threads (:meth:`scan_soon`)."""
         scale = RELIABLE_FACE / self.min_face
         phase = number % self.period
-        self._due = itertools.repeat(True) if every_pass else (i % self.period == phase for i in itertools.count())
-        found = self._run(self.detector, lambda m: m.detect_frame(frame, threshold))
-        found += self._tiled(self.detector, frame.shape, _resized(frame), scale, threshold)
+        due = itertools.repeat(True) if every_pass else (i % self.period == phase for i in itertools.count())
+        found = self.detector.detect_frame(frame, threshold)
+        found += self._tiled(self.detector, frame.shape, _resized(frame), scale, threshold, due)
         for angle in self.turns:
-            found += self._turned(frame, angle, scale / TURN_MIN_FACE_FACTOR, threshold)
-        found += self._edges(frame, threshold)
+            found += self._turned(frame, angle, scale / TURN_MIN_FACE_FACTOR, threshold, due)
+        found += self._edges(frame, threshold, due)
         # a doubtful face taller than a share of the frame is the shrunk whole frame's false alarm (a real face that
         # large scores high, and where it did in another frame its track fills this one)
         tallest = DOUBTFUL_MOST * frame.shape[0]
         found = [f for f in found if f.score >= STRICT_HIGH or float(f.box[3] - f.box[1]) <= tallest]
-        found = suppress_faces(found, threshold)
+        sure = max(threshold, SECOND_SCORE)
+        others = []
+        for model in self.others:
+            if _tiles_needed(model, frame.shape, scale):
+                more = self._tiled(model, frame.shape, _resized(frame), scale, sure, due)
+            else:
+                more = model.detect_frame(frame, sure)
+            tall = SECOND_MIN_FACE * self.min_face
+            others.append([face for face in more if float(face.box[3] - face.box[1]) >= tall])
+        return Scan(suppress_faces(found, threshold), others)
+
+    def scan_soon(self, frame: Frame, threshold: float, *, number: int = 0, every_pass: bool = False) -> Future[Scan]:
+        """:meth:`scan` on the sweep's threads (:func:`~workers.faces.tiling.scan_pool`, two frames at a time): a
+        frame's passes run while the tracker takes the frames before it, and two frames' Python work and model runs
+        overlap (docs/performance.md)."""
+        return scan_pool().submit(self.scan, frame, threshold, number=number, every_pass=every_pass)
+
+    def finish(
+        self, frame: Frame, scan: Scan, threshold: float, around: Sequence[npt.NDArray[np.float32]] = ()
+    ) -> list[Face]:
+        """A frame's faces from its :meth:`scan` and the close looks ``around`` the tracks' predicted boxes, merged
+        (highest score first)."""
+        found = list(scan.found)
         # the close looks' faces, then the other detectors', add the faces the passes missed; where the job's
         # detector found one, its box stands (two boxes of one face that overlap too little for NMS would widen what is
         # hidden, and another model's box of a face cut by the frame's edge or turned covers less of it)
         close, sure = max(threshold, AROUND_SCORE), max(threshold, SECOND_SCORE)
         self._add_new(found, self.look_around(frame, around, close), close)
-        for model in self.others:
-            if _tiles_needed(model, frame.shape, scale):
-                more = self._tiled(model, frame.shape, _resized(frame), scale, sure)
-            else:
-                more = self._run(model, lambda m: m.detect_frame(frame, sure))
-            tall = SECOND_MIN_FACE * self.min_face
-            self._add_new(found, [face for face in more if float(face.box[3] - face.box[1]) >= tall], sure)
+        for more in scan.others:
+            self._add_new(found, more, sure)
         return sorted(found, key=lambda face: -face.score)
 
     @staticmethod
@@ -168,16 +198,6 @@ class DetectionSweep:
             if not len(taken) or float(box_iou(face.box[None], taken).max()) < AROUND_NEW_IOU:
                 found.append(face)
 
-    def _take(self, runs: int) -> list[bool]:
-        """Which of the next ``runs`` extra model runs this frame makes."""
-        return [next(self._due) for _ in range(runs)]
-
-    def _run(self, model: FaceDetector, call: Callable[[FaceDetector], list[Face]]) -> list[Face]:
-        before = model.runs
-        faces = call(model)
-        self.calls += model.runs - before
-        return faces
-
     def _tiled(
         self,
         model: FaceDetector,
@@ -185,6 +205,7 @@ class DetectionSweep:
         picture_at: Callable[[float, tuple[int, int]], Frame],
         scale: float,
         threshold: float,
+        due: Iterator[bool],
     ) -> list[Face]:
         """The faces found in tiles of a ``shape`` frame seen at ``scale`` (detector px per source px); none where
         the whole-frame pass sees the frame at that scale or finer already. ``picture_at(s, (w, h))`` makes the frame
@@ -199,8 +220,8 @@ class DetectionSweep:
         tiled = FaceDetector(
             model.engine, model.detector, size=view, score=threshold, input_size=model.size, at_once=self.period == 1
         )
-        due = self._take(tiled.tile_runs(size[1], size[0]))
-        if not any(due):
+        tiles = _take(due, tiled.tile_runs(size[1], size[0]))
+        if not any(tiles):
             return []
         shrink, seen = seen_at(size[1], size[0], view)  # the enlarged picture as the tiles see it
         picture = picture_at(factor * shrink, seen)
@@ -209,14 +230,13 @@ class DetectionSweep:
         largest = TILE_OVERLAP * model.size * shrink / per_pixel  # in pixels of ``picture``
         faces = [
             face
-            for face in tiled.detect_frame(picture, threshold, whole_pass=False, tiles=due)
+            for face in tiled.detect_frame(picture, threshold, whole_pass=False, tiles=tiles)
             if float(face.box[3] - face.box[1]) <= largest and float(face.box[2] - face.box[0]) <= largest
         ]
-        self.calls += tiled.runs
-        model.runs += tiled.runs  # the model's runs, whichever view ran them
+        model.count_runs(tiled.runs)  # the model's runs, whichever view ran them
         return _in_frame(faces, factor * shrink)
 
-    def _turned(self, frame: Frame, angle: float, scale: float, threshold: float) -> list[Face]:
+    def _turned(self, frame: Frame, angle: float, scale: float, threshold: float, due: Iterator[bool]) -> list[Face]:
         """The faces of ``frame`` turned by ``angle`` degrees: the turned frame shrunk whole into the detector's
         input, and in tiles at ``scale``. Each picture is warped at the size it is seen at, in one resampling, and
         only where one of its runs is due."""
@@ -230,17 +250,17 @@ class DetectionSweep:
         def picture_at(times: float, size: tuple[int, int]) -> Frame:
             return np.asarray(cv2.warpAffine(frame, matrix * times, size), np.uint8)
 
-        (whole,) = self._take(1)
+        (whole,) = _take(due, 1)
         found: list[Face] = []
         if whole:
             shrink, seen = seen_at(out_h, out_w, self.detector.view)
             picture = picture_at(shrink, seen)
-            found = _in_frame(self._run(self.detector, lambda m: m.detect_frame(picture, threshold)), shrink)
-        found += self._tiled(self.detector, (out_h, out_w), picture_at, scale, threshold)
+            found = _in_frame(self.detector.detect_frame(picture, threshold), shrink)
+        found += self._tiled(self.detector, (out_h, out_w), picture_at, scale, threshold, due)
         back = cv2.invertAffineTransform(matrix)
         return [_mapped(face, back) for face in found]
 
-    def _edges(self, frame: Frame, threshold: float) -> list[Face]:
+    def _edges(self, frame: Frame, threshold: float, due: Iterator[bool]) -> list[Face]:
         """The faces cut by the frame's edges, found on its edges mirrored outward (:mod:`workers.faces.edges`), at
         :data:`~shared.strict_blur.EDGE_SCORE` or more; each canvas is one of the extra runs shared out over frames
         (two a frame, the strips whole, where the detector takes a picture of any size)."""
@@ -249,10 +269,9 @@ class DetectionSweep:
         canvases = edge_canvases(frame, depth, zoom, size, whole=self.detector.takes_any_size)
         floor = max(threshold, EDGE_SCORE)
         found: list[Face] = []
-        for canvas, due in zip(canvases, self._take(len(canvases)), strict=True):
-            if due:
-                call = functools.partial(edge_faces, canvas=canvas, frame_shape=frame.shape, threshold=floor)
-                found += self._run(self.detector, call)
+        for canvas, run in zip(canvases, _take(due, len(canvases)), strict=True):
+            if run:
+                found += edge_faces(self.detector, canvas=canvas, frame_shape=frame.shape, threshold=floor)
         return found
 
     def look_around(self, frame: Frame, boxes: Sequence[npt.NDArray[np.float32]], threshold: float) -> list[Face]:
@@ -285,9 +304,7 @@ class DetectionSweep:
             for k, (_, cell) in enumerate(group):
                 y, x = divmod(k, per_row)
                 canvas[y * AROUND_CELL : (y + 1) * AROUND_CELL, x * AROUND_CELL : (x + 1) * AROUND_CELL] = cell
-            before = self.detector.runs
             detections = self.detector.run_picture(canvas, threshold)
-            self.calls += self.detector.runs - before
             for box, points, score in zip(detections.boxes, detections.landmarks, detections.scores, strict=True):
                 centre = (box[:2] + box[2:]) / 2
                 y, x = (int(v) for v in centre[::-1] // AROUND_CELL)
@@ -307,6 +324,20 @@ class DetectionSweep:
 
 
 _EDGE = 2.0  # px: a box this close to a mosaic cell's edge is cut by it
+
+
+@dataclass(frozen=True)
+class Scan:
+    """What :meth:`DetectionSweep.scan` found in a frame: the job's detector's faces, merged, and each other
+    detector's."""
+
+    found: list[Face]
+    others: list[list[Face]]
+
+
+def _take(due: Iterator[bool], runs: int) -> list[bool]:
+    """Which of the frame's next ``runs`` extra model runs it makes (its schedule, ``due``)."""
+    return [next(due) for _ in range(runs)]
 
 
 def _resized(frame: Frame) -> Callable[[float, tuple[int, int]], Frame]:

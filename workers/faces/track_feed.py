@@ -246,21 +246,26 @@ class TrackFeed:
             yield from zip(part, self._detect(part, self._on_device(batch, start, stop)), strict=True)
             return
         assert isinstance(self.finder, DetectionSweep)
-        for offset, frame in enumerate(part):
+        sweep, starts = self.finder, []
+        for frame in part:
             current = thumbnail(frame)
-            cut = is_cut(self._previous, current)
-            if cut:
-                tracker.cut()
-                self.cuts += 1
+            starts.append(is_cut(self._previous, current))
             self._previous = current
-            found = self.finder.detect_frame(
-                frame,
-                self.limits.low,
-                number=number + offset,
-                around=tracker.predicted(),
-                every_pass=cut or number + offset == 0,  # a scene starts: the video's first frame, or a cut
-            )
-            yield frame, self._embedded(part[offset : offset + 1], [found])[0]
+        # the part's frames are scanned ahead, two at a time, while the tracker takes them in order
+        scans = [
+            sweep.scan_soon(frame, self.limits.low, number=number + offset, every_pass=cut or number + offset == 0)
+            for offset, (frame, cut) in enumerate(zip(part, starts, strict=True))
+        ]  # a scene starts: the video's first frame, or a cut
+        try:
+            for offset, frame in enumerate(part):
+                if starts[offset]:
+                    tracker.cut()
+                    self.cuts += 1
+                found = sweep.finish(frame, scans[offset].result(), self.limits.low, tracker.predicted())
+                yield frame, self._embedded(part[offset : offset + 1], [found])[0]
+        finally:
+            for scan in scans:
+                scan.cancel()  # a part left unfinished (an error): its frames not scanned yet are not
 
     def _look_back(self, tracker: FaceTracker, held: dict[int, np.ndarray]) -> None:
         """Strict mode: for each track whose motion just became known, look closely at the frames before its first

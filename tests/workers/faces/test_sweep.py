@@ -13,7 +13,7 @@ import pytest
 from shared.strict_blur import DOUBTFUL_MOST, EDGE_DEPTH, EDGE_FACE, EDGE_SCORE, MIN_FACE, STRICT_HIGH, STRICT_LOW
 from tests.support import crowd
 from tests.support.anonymiser_clips import ClipSpec, Truth, generate
-from tests.support.faces import detector
+from tests.support.faces import detector, same_faces
 from tests.support.media import read_frames
 from workers.faces import sweep
 from workers.faces.detection import Face
@@ -154,3 +154,16 @@ def test_the_edge_strips_whole_find_the_face_below_the_edge_in_two_runs_as_the_c
     # a model that takes one input size only cannot run a picture larger than it
     with pytest.raises(ValueError, match="640-px input"):
         detector("scrfd").run_picture(np.zeros((384, 2560, 3), np.uint8), EDGE_SCORE)
+
+
+def test_frames_scanned_ahead_two_at_a_time_give_the_faces_and_the_run_count_of_frames_swept_one_by_one() -> None:
+    # a strict job's feed scans a batch's frames on the sweep's threads while its tracker takes them in order: the
+    # model runs of two frames interleave, and each frame must still get its own schedule and every run be counted
+    frames = [frame for frame, _ in generate(ClipSpec(width=1280, height=720, frames=4, seed=14))]
+    alone = DetectionSweep(detector("yunet"), period=2)
+    one_by_one = [alone.detect_frame(frame, STRICT_LOW, number=n) for n, frame in enumerate(frames)]
+    ahead = DetectionSweep(detector("yunet"), period=2)
+    scans = [ahead.scan_soon(frame, STRICT_LOW, number=n) for n, frame in enumerate(frames)]
+    together = [ahead.finish(frame, scan.result(), STRICT_LOW) for frame, scan in zip(frames, scans, strict=True)]
+    assert ahead.calls == alone.calls == 4 * 1 + 2 * (8 + 2 * (1 + 4) + 2)
+    assert same_faces(together, one_by_one) >= 4
