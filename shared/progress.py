@@ -27,12 +27,12 @@ class Progress:
     recovering: bool = False
 
 
-def progress_of(session: Session, job: Job) -> Progress:
-    """Frames rendered so far (finished chunks plus the running ones' heartbeats), chunks by state, and whether
-    the job is recovering from a loss (:func:`recovering`), in which case it has no ETA."""
+def rendered(session: Session, job_id: str) -> tuple[int, dict[str, int]]:
+    """Frames rendered so far (finished chunks plus the running ones' heartbeats) and the job's chunks by state: one
+    query, what a progress bar polls (``swapfarm run``)."""
     rows = session.execute(
         select(Chunk.status, func.count(), func.coalesce(func.sum(Chunk.frames_done), 0))
-        .where(Chunk.job_id == job.id)
+        .where(Chunk.job_id == job_id)
         .group_by(Chunk.status)
     ).all()
     counts = {str(status): 0 for status in ChunkStatus}
@@ -40,6 +40,13 @@ def progress_of(session: Session, job: Job) -> Progress:
     for status, count, done in rows:
         counts[str(status)] = int(count)
         frames += int(done)
+    return frames, counts
+
+
+def progress_of(session: Session, job: Job) -> Progress:
+    """Frames rendered so far and chunks by state (:func:`rendered`), the farm's rate on the job, and whether it is
+    recovering from a loss (:func:`recovering`), in which case it has no ETA."""
+    frames, counts = rendered(session, job.id)
     fps = _throughput(session, job.id) if job.status == JobStatus.RENDERING else None
     waiting_on_recovery = recovering(session, job)
     eta = None

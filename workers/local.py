@@ -11,7 +11,6 @@ import os
 import socket
 import tempfile
 import threading
-import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -25,7 +24,7 @@ from shared.errors import SwapfarmError
 from shared.events import EventKind
 from shared.farm import Farm
 from shared.options import JobOptions
-from shared.progress import progress_of
+from shared.progress import rendered
 from shared.schema import upgrade
 from shared.settings import Settings
 from shared.states import FINISHED_JOB_STATES, JobStatus
@@ -36,6 +35,10 @@ from workers.runtime import Runtime
 from workers.steps import run_step
 
 logger = logging.getLogger(__name__)
+
+POLL_SECONDS = 0.5
+"""How often ``swapfarm run`` reads its job's state and progress, besides once as each of its tasks ends. Each read
+took 7 ms of CPU during a 1080p job (2026-12-07): every 0.2 s, 3.6 % of a core taken from the render it reports on."""
 
 
 class LocalDispatcher:
@@ -51,6 +54,7 @@ class LocalDispatcher:
         self._lock = threading.Lock()
         self.runtime: Runtime | None = None
         self.errors: list[BaseException] = []
+        self.step_done = threading.Event()  # set as each task ends: the wait reads the job's state at once
 
     def send(
         self,
@@ -81,6 +85,8 @@ class LocalDispatcher:
         except BaseException as exc:
             logger.exception("task %s failed unexpectedly", task)
             self.errors.append(exc)
+        finally:
+            self.step_done.set()
 
     def shutdown(self) -> None:
         with self._lock:
@@ -164,13 +170,13 @@ def _wait(
     database_url: str, job_id: str, on_progress: ProgressCallback | None, dispatcher: LocalDispatcher
 ) -> LocalResult:
     while True:
+        dispatcher.step_done.clear()  # a task that ends from here on wakes the wait below
         with session_scope(database_url) as session:
             job = jobs.get_job(session, job_id)
             assert job is not None
-            progress = progress_of(session, job)
             status = JobStatus(job.status)
             if on_progress is not None:
-                on_progress(progress.frames_done, progress.frames_total)
+                on_progress(rendered(session, job_id)[0], job.frames_total)
             if status in FINISHED_JOB_STATES:
                 warnings = [
                     (event.error_code or "", event.message)
@@ -182,4 +188,4 @@ def _wait(
                 error = dispatcher.errors[0]
                 failure = SwapfarmError(str(error), code=error.code if isinstance(error, SwapfarmError) else None)
                 jobs.fail_job(session, job_id, failure, default_limit=0)  # one job, no tenant: no one waits
-        time.sleep(0.2)
+        dispatcher.step_done.wait(POLL_SECONDS)
