@@ -32,15 +32,7 @@ from workers.faces.decoding import (
     suppress_detections,
 )
 from workers.faces.tensors import picture_to_tensor
-from workers.faces.tiling import (
-    AT_ONCE_MOST,
-    TileGrid,
-    fitted_tiles,
-    inside_tile,
-    seen_at,
-    tile_origins,
-    tile_pool,
-)
+from workers.faces.tiling import AT_ONCE_MOST, inside_tile, seen_at, tile_origins, tile_pool
 from workers.models.download import resolve
 from workers.models.registry import REGISTRY, ColourOrder, Normalisation
 
@@ -198,8 +190,7 @@ class FaceDetector:
         self.view = size
         self.score = score
         self.at_once = at_once
-        self.runs = 0  # model runs so far (the detector calls a job's events count; :meth:`count_runs`)
-        self._runs_lock = threading.Lock()
+        self.runs, self._runs_lock = 0, threading.Lock()  # model runs so far (the detector calls events count)
         self._input_name = engine.input_names[0]
 
     @classmethod
@@ -254,12 +245,15 @@ class FaceDetector:
                 found = self._run_at_once(scaled, threshold)
                 parts.append(Detections(found.boxes / scale, found.scores, found.landmarks / scale))
             return _faces(_merged(parts, threshold), 1.0)
-        grid = self._tiles(scaled_w, scaled_h)
-        due = [origin for number, origin in enumerate(grid.origins) if tiles is None or tiles[number]]
-        detected = list(tile_pool().map(lambda origin: self._infer_tile(scaled, origin, grid, threshold), due))
+        due = [
+            origin
+            for number, origin in enumerate(tile_origins(scaled_w, scaled_h, self.size))
+            if tiles is None or tiles[number]
+        ]
+        detected = list(tile_pool().map(lambda origin: self._infer(self._cut(scaled, origin), threshold), due))
         self.count_runs(len(due))
         for (x0, y0), tile in zip(due, detected, strict=True):
-            inner = inside_tile(tile.boxes, x0, y0, (grid.width, grid.height), scaled_w, scaled_h)
+            inner = inside_tile(tile.boxes, x0, y0, self.size, scaled_w, scaled_h)
             offset = np.asarray([x0, y0], np.float32)
             parts.append(
                 Detections(
@@ -270,8 +264,7 @@ class FaceDetector:
             )
         return _faces(_merged(parts, threshold), 1.0)
 
-    def count_runs(self, runs: int) -> None:
-        """Add ``runs`` to :attr:`runs` (an anonymiser's sweep runs the model on several threads at once)."""
+    def count_runs(self, runs: int) -> None:  # an anonymiser's sweep runs the model on several threads at once
         with self._runs_lock:
             self.runs += runs
 
@@ -281,14 +274,7 @@ class FaceDetector:
         _, (scaled_w, scaled_h) = seen_at(height, width, self.view)
         if (scaled_w <= self.size and scaled_h <= self.size) or self._at_once(scaled_w, scaled_h):
             return 1
-        return len(self._tiles(scaled_w, scaled_h).origins)
-
-    def _tiles(self, width: int, height: int) -> TileGrid:
-        """The tiles a ``width``×``height`` picture is detected in: input-sized, or fitted to it where the model
-        takes any size (:func:`~workers.faces.tiling.fitted_tiles`)."""
-        if self.takes_any_size:
-            return fitted_tiles(width, height, self.size)
-        return TileGrid(self.size, self.size, tile_origins(width, height, self.size))
+        return len(tile_origins(scaled_w, scaled_h, self.size))
 
     def _at_once(self, width: int, height: int) -> bool:
         """Whether a ``width``×``height`` picture larger than the input is detected in one run, not in tiles: the
@@ -336,18 +322,9 @@ class FaceDetector:
         self.count_runs(1)
         return self._infer(picture, threshold)
 
-    def _infer_tile(self, picture: Frame, origin: tuple[int, int], grid: TileGrid, threshold: float) -> Detections:
-        """:meth:`_infer` on one tile of ``grid`` (on the any-size model where the tile is not the input's size)."""
+    def _cut(self, picture: Frame, origin: tuple[int, int]) -> Frame:
         x0, y0 = origin
-        tile = picture[y0 : y0 + grid.height, x0 : x0 + grid.width]
-        if grid.width == grid.height == self.size:
-            return self._infer(tile, threshold)
-        assert isinstance(self.engine, OnnxEngine)
-        engine = self.engine.any_size()
-        tensor = picture_to_tensor(tile, (grid.height, grid.width), self.spec.normalisation, self.spec.colour_order)
-        outputs = engine.run({engine.input_names[0]: tensor})
-        named = dict(zip(engine.output_names, outputs, strict=True))
-        return self.spec.decode(named, (grid.height, grid.width), threshold)
+        return picture[y0 : y0 + self.size, x0 : x0 + self.size]
 
     def _infer(self, picture: Frame, threshold: float) -> Detections:
         """:meth:`_run` without counting the run (safe on the tile threads: the caller counts)."""

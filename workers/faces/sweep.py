@@ -6,8 +6,7 @@ in-plane, or under about :data:`~shared.strict_blur.RELIABLE_FACE` px tall in it
 under 0.1 (measured on faces cut from the reference images). A 1280-px frame shrunk into a 640-px input halves every
 face, so an anonymiser's sweep also detects:
 
-* the frame in tiles (``face.detector_size``'s tiling, :meth:`FaceDetector.detect_frame`: fitted to the picture where
-  the model takes any size) at
+* the frame in tiles of the model's input (``face.detector_size``'s tiling, :meth:`FaceDetector.detect_frame`) at
   the scale where ``min_face`` source pixels are :data:`~shared.strict_blur.RELIABLE_FACE` detector pixels: at
   native resolution, enlarged or shrunk as that asks (in one run, where the model takes any size and the passes are
   not shared out over frames: shared, tiles that overlap are seen on every frame where one picture would be seen
@@ -218,7 +217,12 @@ class DetectionSweep:
         per_pixel = min(scale / factor, 1.0)  # tile pixels per pixel of the enlarged picture
         view = _round32(max(size) * per_pixel)
         tiled = FaceDetector(
-            model.engine, model.detector, size=view, score=threshold, input_size=model.size, at_once=self.period == 1
+            model.engine,
+            model.detector,
+            size=view,
+            score=threshold,
+            input_size=model.size,
+            at_once=self.period == 1,
         )
         tiles = _take(due, tiled.tile_runs(size[1], size[0]))
         if not any(tiles):

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
@@ -15,11 +14,9 @@ FloatArray = npt.NDArray[np.float32]
 
 __all__ = [
     "AT_ONCE_MOST",
-    "TILE_OVERLAP",
     "SCANS_AT_ONCE",
+    "TILE_OVERLAP",
     "TILE_THREADS",
-    "TileGrid",
-    "fitted_tiles",
     "inside_tile",
     "scan_pool",
     "seen_at",
@@ -90,48 +87,15 @@ def tile_origins(width: int, height: int, tile: int) -> list[tuple[int, int]]:
     return [(x, y) for y in _positions(height, tile) for x in _positions(width, tile)]
 
 
-@dataclass(frozen=True)
-class TileGrid:
-    """Tiles of ``width``×``height`` px at ``origins`` (top-left corners, row by row)."""
-
-    width: int
-    height: int
-    origins: list[tuple[int, int]]
-
-
-def fitted_tiles(width: int, height: int, tile: int) -> TileGrid:
-    """Tiles covering a ``width``×``height`` picture for a network that takes any size: as many as
-    :func:`tile_origins` (``tile``-sided), each cut no larger than it takes for neighbours to overlap by as much
-    (:data:`TILE_OVERLAP` of ``tile``), spaced evenly, sides a multiple of 32. A 1080p frame turned 30° and seen at
-    two thirds of its size (1469×1264 px) takes nine 640-px tiles, or nine of 608×544 px in 80 % of their time."""
-    overlap = int(tile * TILE_OVERLAP)
-
-    def axis(extent: int) -> tuple[int, list[int]]:
-        count = len(_positions(extent, tile))
-        if count == 1:
-            return min(tile, -(-extent // 32) * 32), [0]
-        least = -(-(extent + (count - 1) * overlap) // count)  # count tiles this long overlap by ``overlap``
-        side = min(tile, -(-least // 32) * 32)
-        return side, [round(i * (extent - side) / (count - 1)) for i in range(count)]
-
-    tile_w, xs = axis(width)
-    tile_h, ys = axis(height)
-    return TileGrid(tile_w, tile_h, [(x, y) for y in ys for x in xs])
-
-
-def inside_tile(
-    boxes: FloatArray, x0: int, y0: int, tile: int | tuple[int, int], width: int, height: int
-) -> npt.NDArray[np.bool_]:
-    """Which boxes (tile coordinates) do not touch an edge of the tile (``tile`` px square, or (width, height)) that
-    is not an edge of the picture."""
-    tile_w, tile_h = (tile, tile) if isinstance(tile, int) else tile
+def inside_tile(boxes: FloatArray, x0: int, y0: int, tile: int, width: int, height: int) -> npt.NDArray[np.bool_]:
+    """Which boxes (tile coordinates) do not touch an edge of the tile that is not an edge of the picture."""
     keep = np.ones(len(boxes), dtype=bool)
     if x0 > 0:
         keep &= boxes[:, 0] > _EDGE
     if y0 > 0:
         keep &= boxes[:, 1] > _EDGE
-    if x0 + tile_w < width:
-        keep &= boxes[:, 2] < tile_w - _EDGE
-    if y0 + tile_h < height:
-        keep &= boxes[:, 3] < tile_h - _EDGE
+    if x0 + tile < width:
+        keep &= boxes[:, 2] < tile - _EDGE
+    if y0 + tile < height:
+        keep &= boxes[:, 3] < tile - _EDGE
     return keep

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import os
 import select
 import shutil
@@ -18,7 +17,6 @@ from shared.errors import ModelError
 from shared.options import FaceOptions
 from tests.support.faces import MODELS, clip_frames, cpu_settings, detector, engine, image
 from workers.engines.base import Tensor
-from workers.engines.onnx import OnnxEngine
 from workers.faces.detection import (
     DETECTORS,
     Face,
@@ -28,7 +26,6 @@ from workers.faces.detection import (
     decode_yunet,
     letterbox,
 )
-from workers.faces.tiling import TILE_OVERLAP, fitted_tiles, tile_origins
 from workers.models.registry import REGISTRY
 
 pytestmark = pytest.mark.skipif(not MODELS.exists(), reason="the reference data folder is not beside the checkout")
@@ -257,49 +254,3 @@ def test_a_forked_child_detects_in_tiles_after_its_parent_did() -> None:
     answer = os.read(reader, 64).decode() if ready else ""
     os.close(reader)
     assert answer == str(expected), "the forked child's tiles never ran"
-
-
-@pytest.mark.parametrize("size", [(2560, 1440), (1469, 1264), (1280, 720), (700, 500), (3840, 2160), (641, 100)])
-def test_fitted_tiles_cover_the_picture_in_as_many_tiles_as_square_ones_overlapping_by_as_much(
-    size: tuple[int, int],
-) -> None:
-    width, height = size
-    grid = fitted_tiles(width, height, 640)
-    assert len(grid.origins) == len(tile_origins(width, height, 640))
-    assert grid.width <= 640 and grid.height <= 640 and grid.width % 32 == 0 and grid.height % 32 == 0
-    seen = np.zeros((height, width), np.int32)
-    for x, y in grid.origins:
-        assert 0 <= x and 0 <= y and (x + grid.width <= width or x == 0) and (y + grid.height <= height or y == 0)
-        seen[y : y + grid.height, x : x + grid.width] += 1
-    assert seen.min() >= 1, "a part of the picture is in no tile"
-    # neighbours overlap by the square tiles' overlap at least: a face up to that size lies whole in one tile
-    overlap = int(640 * TILE_OVERLAP)
-    xs, ys = sorted({x for x, _ in grid.origins}), sorted({y for _, y in grid.origins})
-    assert all(grid.width - (b - a) >= overlap for a, b in itertools.pairwise(xs))
-    assert all(grid.height - (b - a) >= overlap for a, b in itertools.pairwise(ys))
-    assert grid.width * grid.height * len(grid.origins) <= 640 * 640 * len(grid.origins)
-
-
-def test_a_detector_that_takes_any_size_finds_every_face_in_tiles_fitted_to_the_picture(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    big = image("group6.jpg")  # 1280×886, faces up to 150 px tall: each lies whole in a tile
-    view = -(-max(big.shape[:2]) // 32) * 32  # seen at its own size: tiled, not shrunk
-    model = detector("yunet").engine
-    at_once = FaceDetector(model, "yunet", size=view, score=0.5).detect_frame(big, whole_pass=False)
-    shapes: list[tuple[int, ...]] = []
-    run = OnnxEngine.run
-
-    def recorded(self: OnnxEngine, inputs: Mapping[str, Tensor]) -> list[Tensor]:
-        shapes.extend(np.shape(value) for value in inputs.values())
-        return run(self, inputs)
-
-    monkeypatch.setattr(OnnxEngine, "run", recorded)  # the real engine runs; the pictures' shapes are noted
-    tiled = FaceDetector(model, "yunet", size=view, score=0.5, at_once=False)
-    faces = tiled.detect_frame(big, whole_pass=False)
-    grid = fitted_tiles(big.shape[1], big.shape[0], 640)
-    assert (grid.height, grid.width) != (640, 640), "the picture no longer asks for tiles of another size"
-    assert shapes == [(1, 3, grid.height, grid.width)] * len(grid.origins) and tiled.runs == len(grid.origins)
-    assert len(faces) == len(at_once) == 6
-    for face in at_once:
-        assert max(_iou(face.box, other.box) for other in faces) > 0.8

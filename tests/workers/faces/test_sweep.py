@@ -5,6 +5,9 @@ sweep alone leaves one."""
 from __future__ import annotations
 
 import itertools
+import os
+import select
+import signal
 from pathlib import Path
 
 import numpy as np
@@ -167,3 +170,25 @@ def test_frames_scanned_ahead_two_at_a_time_give_the_faces_and_the_run_count_of_
     together = [ahead.finish(frame, scan.result(), STRICT_LOW) for frame, scan in zip(frames, scans, strict=True)]
     assert ahead.calls == alone.calls == 4 * 1 + 2 * (8 + 2 * (1 + 4) + 2)
     assert same_faces(together, one_by_one) >= 4
+
+
+def test_a_forked_child_scans_ahead_after_its_parent_did() -> None:
+    """A prefork worker forked after its parent scanned frames ahead gets a scan pool of its own: the parent's
+    threads are not in the child, and a pool that believes it has them would never run a scan."""
+    frame = next(generate(ClipSpec(width=640, height=360, frames=1, seed=14)))[0]
+    sweep_ = DetectionSweep(detector("yunet"))
+    expected = len(sweep_.scan_soon(frame, STRICT_LOW).result().found)
+    reader, writer = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover (the child reports through the pipe)
+        os.close(reader)
+        os.write(writer, str(len(sweep_.scan_soon(frame, STRICT_LOW).result().found)).encode())
+        os._exit(0)
+    os.close(writer)
+    ready, _, _ = select.select([reader], [], [], 60.0)  # a deadline for a hang, not a speed
+    if not ready:
+        os.kill(child, signal.SIGKILL)
+    os.waitpid(child, 0)
+    answer = os.read(reader, 64).decode() if ready else ""
+    os.close(reader)
+    assert answer == str(expected), "the forked child's scan never ran"
