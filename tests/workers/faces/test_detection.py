@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import os
-import select
 import shutil
-import signal
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -16,6 +13,7 @@ import pytest
 from shared.errors import ModelError
 from shared.options import FaceOptions
 from tests.support.faces import MODELS, clip_frames, cpu_settings, detector, engine, image
+from tests.support.forking import answer_of_forked_child
 from workers.engines.base import Tensor
 from workers.faces.detection import (
     DETECTORS,
@@ -240,17 +238,5 @@ def test_a_forked_child_detects_in_tiles_after_its_parent_did() -> None:
     tiled = FaceDetector(detector("scrfd").engine, "scrfd", size=1280, input_size=640)  # fixed to its input: tiled
     assert tiled.tile_runs(1080, 1920) == 6
     expected = len(tiled.detect_frame(frame))
-    reader, writer = os.pipe()
-    child = os.fork()
-    if child == 0:  # pragma: no cover (the child reports through the pipe)
-        os.close(reader)
-        os.write(writer, str(len(tiled.detect_frame(frame))).encode())
-        os._exit(0)
-    os.close(writer)
-    ready, _, _ = select.select([reader], [], [], 60.0)  # a deadline for a hang, not a speed
-    if not ready:
-        os.kill(child, signal.SIGKILL)
-    os.waitpid(child, 0)
-    answer = os.read(reader, 64).decode() if ready else ""
-    os.close(reader)
+    answer = answer_of_forked_child(lambda: str(len(tiled.detect_frame(frame))))
     assert answer == str(expected), "the forked child's tiles never ran"

@@ -5,9 +5,6 @@ sweep alone leaves one."""
 from __future__ import annotations
 
 import itertools
-import os
-import select
-import signal
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +14,7 @@ from shared.strict_blur import DOUBTFUL_MOST, EDGE_DEPTH, EDGE_FACE, EDGE_SCORE,
 from tests.support import crowd
 from tests.support.anonymiser_clips import ClipSpec, Truth, generate
 from tests.support.faces import detector, same_faces
+from tests.support.forking import answer_of_forked_child
 from tests.support.media import read_frames
 from workers.faces import sweep
 from workers.faces.detection import Face
@@ -178,17 +176,5 @@ def test_a_forked_child_scans_ahead_after_its_parent_did() -> None:
     frame = next(generate(ClipSpec(width=640, height=360, frames=1, seed=14)))[0]
     sweep_ = DetectionSweep(detector("yunet"))
     expected = len(sweep_.scan_soon(frame, STRICT_LOW).result().found)
-    reader, writer = os.pipe()
-    child = os.fork()
-    if child == 0:  # pragma: no cover (the child reports through the pipe)
-        os.close(reader)
-        os.write(writer, str(len(sweep_.scan_soon(frame, STRICT_LOW).result().found)).encode())
-        os._exit(0)
-    os.close(writer)
-    ready, _, _ = select.select([reader], [], [], 60.0)  # a deadline for a hang, not a speed
-    if not ready:
-        os.kill(child, signal.SIGKILL)
-    os.waitpid(child, 0)
-    answer = os.read(reader, 64).decode() if ready else ""
-    os.close(reader)
+    answer = answer_of_forked_child(lambda: str(len(sweep_.scan_soon(frame, STRICT_LOW).result().found)))
     assert answer == str(expected), "the forked child's scan never ran"
