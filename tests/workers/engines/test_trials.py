@@ -285,8 +285,7 @@ def test_auto_puts_a_model_on_trial_and_a_second_process_loads_the_kept_winner_w
     script = textwrap.dedent(f"""
         import json, threading
         from pathlib import Path
-        from tests.support.quant_replicas import crops, outlier_channel, well_quantised
-from tests.support.replicas import replica_settings
+        from tests.support.replicas import replica_settings
         from workers.engines.loading import load_model
         settings = replica_settings(Path({str(tmp_path)!r}), engine="auto",
                                     torch_compile_cache_dir=Path({str(tmp_path / "cache")!r}), batch_size=4)
