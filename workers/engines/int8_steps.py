@@ -18,7 +18,7 @@ from shared.settings import CompileMode
 from workers.engines.base import EngineStats
 from workers.engines.compiling import Compiled, Compiler, compile_module, compile_quantised
 from workers.engines.onnx_to_torch import TensorSpec
-from workers.engines.quantising import Int8Plan, guard, quantise, quantiser_source
+from workers.engines.quantising import Int8Plan, convert, guard, prepare, quantiser_source
 
 __all__ = ["Int8Steps"]
 
@@ -30,6 +30,7 @@ class Int8Steps:
 
     _int8: Int8Plan | None
     _calibration: list[tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]]
+    _prepared: torch.nn.Module | None = None  # the fp32 module prepared for quantising, while calibrating
     _module: torch.nn.Module
     _forward: Compiled
     _mode: CompileMode
@@ -58,38 +59,62 @@ class Int8Steps:
         logger.info("int8: calibrating on the first %d items (fp32 until then; %s)", plan.items, quantiser_source())
 
     def _calibrate(self, tensors: Sequence[torch.Tensor], bucket: int) -> tuple[torch.Tensor, ...]:
-        """Run fp32 (the reference) and keep the call; quantise once enough items were seen."""
-        outputs: tuple[torch.Tensor, ...] = tuple(self._module(*tensors))
+        """Run the fp32 module prepared for quantising: its outputs are the call's (fp32) and the guard's reference,
+        and its observers calibrate on the call; keep the call, and quantise once enough items were seen."""
+        assert self._int8 is not None
+        if self._prepared is None:
+            try:
+                self._prepared = prepare(self._module, tuple(tensors), [spec.batched for spec in self._inputs])
+            except Exception as error:  # export and PT2E raise plain exceptions of many kinds
+                with torch.no_grad():
+                    fp32 = tuple(self._module(*tensors))  # this call in fp32; the next ones in bf16
+                self._cannot_quantise(error)
+                return fp32
+        with torch.no_grad():
+            outputs: tuple[torch.Tensor, ...] = tuple(self._prepared(*tensors))
         self._calibration.append((tuple(t.clone() for t in tensors), tuple(o.clone() for o in outputs)))
         self.stats.calibrated_items += bucket or 1
-        assert self._int8 is not None
         if self.stats.calibrated_items >= self._int8.items:
             self._finish_calibration(self._int8)
         return outputs
 
     def _finish_calibration(self, plan: Int8Plan) -> None:
+        """Quantise, and hold int8 to the fp32 outputs call by call: the verdict is the worst item's, so the first
+        call that fails it decides, and the rest are not run."""
         started = time.perf_counter()
         batched = [spec.batched for spec in self._inputs]
-        inputs = [call for call, _ in self._calibration]
+        calls, self._calibration = self._calibration, []
+        assert self._prepared is not None
         try:
-            graph = quantise(self._module, inputs, batched)
+            graph = convert(self._prepared)
+            reference: list[tuple[torch.Tensor, ...]] = []
+            quantised: list[tuple[torch.Tensor, ...]] = []
             with torch.inference_mode():
-                int8_outputs = [tuple(graph(*call)) for call in inputs]
-            verdict = guard([outputs for _, outputs in self._calibration], int8_outputs)
+                for call, outputs in calls:
+                    reference.append(outputs)
+                    quantised.append(tuple(graph(*call)))
+                    verdict = guard(reference, quantised)
+                    if not verdict.passed:
+                        break
         except Exception as error:  # export and PT2E raise plain exceptions of many kinds
-            self._calibration.clear()
-            self._to_bf16(f"it cannot be quantised ({type(error).__name__}: {str(error).splitlines()[0][:300]})")
+            self._cannot_quantise(error)
             return
-        self._calibration.clear()
+        finally:
+            self._prepared = None
         verdict = dataclasses.replace(verdict, model=plan.model)
         self.stats.guard = verdict.describe()
-        plan.graphs.store(plan.key, verdict, graph if verdict.passed else None, inputs[0], batched)
+        plan.graphs.store(plan.key, verdict, graph if verdict.passed else None, calls[0][0], batched)
         if not verdict.passed:
             self._to_bf16(verdict.describe())
             return
         self.stats.int8 = "calibrated"
         self._use_quantised(graph)
         logger.info("int8: quantised in %.1fs, %s", time.perf_counter() - started, verdict.describe())
+
+    def _cannot_quantise(self, error: BaseException) -> None:
+        self._calibration.clear()
+        self._prepared = None
+        self._to_bf16(f"it cannot be quantised ({type(error).__name__}: {str(error).splitlines()[0][:300]})")
 
     def _use_quantised(self, graph: torch.nn.Module) -> None:
         self._module = graph

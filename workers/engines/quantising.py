@@ -116,16 +116,28 @@ def export(
     return torch.export.export(module, example, dynamic_shapes=shapes, strict=strict)
 
 
+def prepare(module: torch.nn.Module, example: Batch, batched: Sequence[bool]) -> torch.nn.Module:
+    """``module`` exported for inputs like ``example`` and prepared for PT2E: it computes what ``module`` computes,
+    in fp32, and its observers record the ranges each call meets (what :func:`convert` quantises by)."""
+    prepare_pt2e, _, quantizer, _ = _pt2e()
+    graph = _without_noop_casts(export(module.eval(), example, batched, strict=True).module())
+    prepared: torch.nn.Module = prepare_pt2e(graph, quantizer)
+    return prepared
+
+
+def convert(prepared: torch.nn.Module) -> torch.nn.Module:
+    """The int8 graph of a module from :func:`prepare` that has run its calibration calls."""
+    converted: torch.nn.Module = _pt2e()[1](prepared)
+    return converted
+
+
 def quantise(module: torch.nn.Module, calibration: Sequence[Batch], batched: Sequence[bool]) -> torch.nn.Module:
     """``module`` statically quantised to int8 by PT2E, calibrated on the ``calibration`` batches."""
-    prepare_pt2e, convert_pt2e, quantizer, _ = _pt2e()
-    graph = _without_noop_casts(export(module.eval(), calibration[0], batched, strict=True).module())
-    prepared = prepare_pt2e(graph, quantizer)
+    prepared = prepare(module, calibration[0], batched)
     with torch.no_grad():
         for batch in calibration:
             prepared(*batch)
-    converted: torch.nn.Module = convert_pt2e(prepared)
-    return converted
+    return convert(prepared)
 
 
 def _without_noop_casts(graph: Any) -> Any:
