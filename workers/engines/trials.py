@@ -18,6 +18,7 @@ timed in the precision it ended in, and the trial's verdict says what the guard 
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import dataclasses
 import hashlib
@@ -26,6 +27,7 @@ import logging
 import queue
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
@@ -49,6 +51,9 @@ ROUNDS = 3
 CALIBRATION_CALLS = 4
 """The job's calls a calibrating contender may lag behind by (copies of their inputs wait for it; more are not
 copied)."""
+STOP_SECONDS = 120.0
+"""How long a process that is ending waits for a trial's thread to finish the step it is in (see
+:func:`stop_trials`)."""
 
 
 @dataclass(frozen=True)
@@ -178,6 +183,8 @@ class TrialEngine:
         self._turn = 0
         self._wanted: queue.Queue[dict[str, Tensor]] | None = None  # inputs for a contender calibrating on them
         self._note = ""
+        self._thread: threading.Thread | None = None
+        self._abandoned = threading.Event()
         self.trial: Trial | None = None
         """The verdict, once measured (``None`` before, and when the torch engine could not run the model)."""
         self.fallback: str | None = None
@@ -185,9 +192,24 @@ class TrialEngine:
         where ONNX Runtime was faster)."""
 
     def start(self) -> threading.Thread:
-        thread = threading.Thread(target=self._measure, name=f"swapfarm-trial-{self._model}", daemon=True)
-        thread.start()
-        return thread
+        self._thread = threading.Thread(target=self._measure, name=f"swapfarm-trial-{self._model}", daemon=True)
+        _RUNNING.add(self)
+        self._thread.start()
+        return self._thread
+
+    def abandon(self, timeout: float | None = None) -> bool:
+        """End the trial with no verdict, once its thread has finished the step it is in (a conversion, one
+        calibration call, quantising, a compile); wait up to ``timeout`` for that. Whether the thread has ended."""
+        self._abandoned.set()
+        thread = self._thread
+        if thread is None or thread is threading.current_thread():
+            return True
+        thread.join(timeout)
+        return not thread.is_alive()
+
+    def _go_on(self) -> None:
+        if self._abandoned.is_set():
+            raise _Abandoned
 
     def wait(self, timeout: float | None = None) -> bool:
         """Wait for the trial to end; whether it has."""
@@ -289,13 +311,19 @@ class TrialEngine:
     def _measure(self) -> None:
         try:
             contender = self._contender()
+            self._go_on()
             if isinstance(contender, str):
                 logger.warning("model %s stays on %s: %s", self._model, self._labels[0], contender)
                 self._fall_back(contender)
                 return
             if getattr(contender, "calibrating", False):
                 self._calibrate(contender)
+            self._go_on()
             contender.run(self._inputs)  # compiles the batch the trial times
+        except _Abandoned:
+            logger.info("model %s: its engine trial was abandoned (the process is ending); no verdict", self._model)
+            self._done.set()
+            return
         except Exception as error:  # a failed trial leaves the model where it runs; the job goes on
             logger.exception("model %s: its engine trial failed; it stays on %s", self._model, self._labels[0])
             self._fall_back(_reason(error))
@@ -313,7 +341,12 @@ class TrialEngine:
         self._wanted = wanted
         try:
             while getattr(contender, "calibrating", False):
-                contender.run(wanted.get())
+                self._go_on()
+                try:
+                    inputs = wanted.get(timeout=0.25)
+                except queue.Empty:
+                    continue
+                contender.run(inputs)
         finally:
             self._wanted = None  # also where calibrating raised: the trial ends on ONNX Runtime (_measure)
         stats = getattr(contender, "stats", None)
@@ -323,6 +356,30 @@ class TrialEngine:
         self._times = {label: [] for label in self._labels}
         fallback = getattr(stats, "precision_fallback", None)
         self._note = f"int8 {fallback}" if fallback else str(getattr(stats, "guard", None) or "")
+
+
+class _Abandoned(Exception):
+    """The trial was abandoned: its thread stops at the next step."""
+
+
+_RUNNING: weakref.WeakSet[TrialEngine] = weakref.WeakSet()
+
+
+@atexit.register
+def stop_trials() -> None:
+    """Abandon every trial still running and wait (up to :data:`STOP_SECONDS` each) for its thread to leave torch.
+
+    A trial's thread is a daemon: a process that ends (``swapfarm run`` after its job, a worker shutting down)
+    would stop it wherever it is, and one stopped inside a torch call aborts the process (``terminate called
+    without an active exception``, exit status 134) after the job has succeeded. Registered to run as the
+    process ends, before the interpreter stops its threads."""
+    for trial in list(_RUNNING):
+        thread = trial._thread
+        if thread is None or not thread.is_alive():
+            continue
+        logger.info("model %s: the process is ending; waiting for its engine trial to stop", trial._model)
+        if not trial.abandon(STOP_SECONDS):
+            logger.warning("model %s: its engine trial did not stop within %.0f s", trial._model, STOP_SECONDS)
 
 
 def _reason(error: Exception) -> str:
