@@ -132,9 +132,13 @@ def child(spec: dict[str, Any]) -> None:
 
     engine, padded, computed = "onnxruntime fp32", 0, 0
     for loaded in loaded_models():
+        trial = getattr(loaded.engine, "trial", None)
+        if trial is not None and "swapper" in trial.model:  # what the swapper's trial decided, and its guard
+            engine = f"{trial.engine} {trial.precision} (trial{'; ' + trial.note if trial.note else ''})"
         stats = getattr(loaded.engine, "stats", None)
         if stats is not None:
-            engine = f"torch {spec['precision']}" if loaded.fallback is None else "onnxruntime (fallback)"
+            if trial is None:
+                engine = f"torch {spec['precision']}" if loaded.fallback is None else "onnxruntime (fallback)"
             padded, computed = stats.padded_items, stats.computed_items
     print(json.dumps({
         "fps": (result.frames_total or 0) / seconds, "seconds": seconds, "first_frame": first[0] if first else None,
