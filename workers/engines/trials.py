@@ -318,6 +318,7 @@ class TrialEngine:
                 return
             if getattr(contender, "calibrating", False):
                 self._calibrate(contender)
+            self._as_built(contender)
             self._go_on()
             contender.run(self._inputs)  # compiles the batch the trial times
         except _Abandoned:
@@ -349,6 +350,11 @@ class TrialEngine:
                 contender.run(inputs)
         finally:
             self._wanted = None  # also where calibrating raised: the trial ends on ONNX Runtime (_measure)
+
+    def _as_built(self, contender: Engine) -> None:
+        """Time the contender as what it is now: an int8 one may have calibrated, or loaded a kept graph, or turned
+        to bf16 (its guard failed now or in an earlier process); the verdict says which, and what the guard
+        measured."""
         stats = getattr(contender, "stats", None)
         precision: Precision = getattr(contender, "precision", self._winners[1][1])
         self._labels = (self._labels[0], f"torch {precision}")

@@ -370,3 +370,6 @@ def test_an_int8_contender_failing_its_guard_is_timed_in_bf16_with_no_degradatio
     assert "failed its quality guard" in trial.note and "< 35" in trial.note, trial.note
     assert not list((tmp_path / "cache" / "swapfarm-int8").glob("*.pt2"))
     assert _loaded(engine).degradations() == [], "int8 was tried by auto, not asked for: bf16 is no fallback"
+    again, _ = _int8_trial(tmp_path, outlier_channel())  # a later process: the failed guard is kept, not measured
+    assert again.trial is not None and set(again.trial.seconds) == {"onnxruntime fp32", "torch bf16"}, again.trial
+    assert "< 35 (measured before" in again.trial.note, again.trial.note
