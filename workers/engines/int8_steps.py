@@ -7,9 +7,11 @@ Import this module only where torch may be imported.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging
 import time
+import warnings
 from collections.abc import Sequence
 
 import torch
@@ -18,7 +20,16 @@ from shared.settings import CompileMode
 from workers.engines.base import EngineStats
 from workers.engines.compiling import Compiled, Compiler, compile_module, compile_quantised
 from workers.engines.onnx_to_torch import TensorSpec
-from workers.engines.quantising import Int8Plan, convert, guard, prepare, quantiser_source
+from workers.engines.quantising import (
+    EARLY_ITEMS,
+    Int8Plan,
+    Verdict,
+    convert,
+    far_below,
+    held_to_fp32,
+    prepare,
+    quantiser_source,
+)
 
 __all__ = ["Int8Steps"]
 
@@ -73,10 +84,36 @@ class Int8Steps:
         with torch.no_grad():
             outputs: tuple[torch.Tensor, ...] = tuple(self._prepared(*tensors))
         self._calibration.append((tuple(t.clone() for t in tensors), tuple(o.clone() for o in outputs)))
-        self.stats.calibrated_items += bucket or 1
+        seen, self.stats.calibrated_items = self.stats.calibrated_items, self.stats.calibrated_items + (bucket or 1)
         if self.stats.calibrated_items >= self._int8.items:
             self._finish_calibration(self._int8)
+        elif seen < EARLY_ITEMS <= self.stats.calibrated_items:
+            self._check_early(self._int8)
         return outputs
+
+    def _check_early(self, plan: Int8Plan) -> None:
+        """Quantise a copy calibrated on the items seen so far and hold it to fp32 on them: where it falls far
+        below the bound, int8 has failed — keep the verdict and turn to bf16 now instead of calibrating on."""
+        assert self._prepared is not None
+        try:
+            with warnings.catch_warnings():  # torch's own pytree code, copying the graph's input spec, warns of itself
+                warnings.simplefilter("ignore", FutureWarning)
+                early = copy.deepcopy(self._prepared)
+            verdict = held_to_fp32(convert(early), self._calibration)
+        except Exception as error:  # export and PT2E raise plain exceptions of many kinds
+            self._cannot_quantise(error)
+            return
+        if far_below(verdict):
+            logger.info("int8: the early check on %d items failed by more than its margin", verdict.items)
+            self._calibration.clear()
+            self._prepared = None
+            self._failed(plan, verdict)
+
+    def _failed(self, plan: Int8Plan, verdict: Verdict) -> None:
+        verdict = dataclasses.replace(verdict, model=plan.model)
+        self.stats.guard = verdict.describe()
+        plan.graphs.store(plan.key, verdict, None, (), [])
+        self._to_bf16(verdict.describe())
 
     def _finish_calibration(self, plan: Int8Plan) -> None:
         """Quantise, and hold int8 to the fp32 outputs call by call: the verdict is the worst item's, so the first
@@ -87,26 +124,18 @@ class Int8Steps:
         assert self._prepared is not None
         try:
             graph = convert(self._prepared)
-            reference: list[tuple[torch.Tensor, ...]] = []
-            quantised: list[tuple[torch.Tensor, ...]] = []
-            with torch.inference_mode():
-                for call, outputs in calls:
-                    reference.append(outputs)
-                    quantised.append(tuple(graph(*call)))
-                    verdict = guard(reference, quantised)
-                    if not verdict.passed:
-                        break
+            verdict = held_to_fp32(graph, calls)
         except Exception as error:  # export and PT2E raise plain exceptions of many kinds
             self._cannot_quantise(error)
             return
         finally:
             self._prepared = None
+        if not verdict.passed:
+            self._failed(plan, verdict)
+            return
         verdict = dataclasses.replace(verdict, model=plan.model)
         self.stats.guard = verdict.describe()
-        plan.graphs.store(plan.key, verdict, graph if verdict.passed else None, calls[0][0], batched)
-        if not verdict.passed:
-            self._to_bf16(verdict.describe())
-            return
+        plan.graphs.store(plan.key, verdict, graph, calls[0][0], batched)
         self.stats.int8 = "calibrated"
         self._use_quantised(graph)
         logger.info("int8: quantised in %.1fs, %s", time.perf_counter() - started, verdict.describe())

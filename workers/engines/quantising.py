@@ -44,6 +44,12 @@ MIN_PSNR = 35.0
 """The least PSNR, in dB, of int8 image outputs against fp32 inside the face (the bf16 path's own bound)."""
 MIN_COSINE = 0.99
 """The least cosine similarity of int8 embeddings against fp32."""
+EARLY_ITEMS = 8
+"""After this many items, the engine quantises a copy calibrated on them alone and holds it to fp32 on them: a
+model that misses its bound there by more than :data:`EARLY_MARGIN` is not calibrated further (ranges fitted to the
+very items compared are the kind case: a model that fails it fails on more items too)."""
+EARLY_MARGIN = 3.0
+"""How far below its bound the early check must fall to end calibration (dB; thousandths of cosine)."""
 RECIPE = f"pt2e-x86-inductor-static-per-channel-{CALIBRATION_ITEMS}-items-v1"
 """What the quantised graph depends on besides the model file and torch: part of its cache key."""
 
@@ -237,6 +243,26 @@ def guard(reference: Sequence[Sequence[torch.Tensor]], quantised: Sequence[Seque
 
 def _verdict(metric: str, figure: float, bound: float, items: int) -> Verdict:
     return Verdict(figure >= bound, metric, figure, bound, items)
+
+
+def held_to_fp32(graph: torch.nn.Module, calls: Sequence[tuple[Batch, Sequence[torch.Tensor]]]) -> Verdict:
+    """The :class:`Verdict` of ``graph`` against the fp32 outputs of ``calls`` (inputs, outputs), call by call: the
+    verdict is the worst item's, so the first call that fails decides and the rest are not run."""
+    reference: list[Sequence[torch.Tensor]] = []
+    quantised: list[tuple[torch.Tensor, ...]] = []
+    with torch.inference_mode():
+        for inputs, outputs in calls:
+            reference.append(outputs)
+            quantised.append(tuple(graph(*inputs)))
+            verdict = guard(reference, quantised)
+            if not verdict.passed:
+                break
+    return verdict
+
+
+def far_below(verdict: Verdict) -> bool:
+    """Whether ``verdict`` misses its bound by more than :data:`EARLY_MARGIN`."""
+    return _margin(verdict) < -EARLY_MARGIN
 
 
 def _margin(verdict: Verdict) -> float:

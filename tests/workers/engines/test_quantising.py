@@ -27,7 +27,7 @@ from workers.engines.choosing import choose_engine
 from workers.engines.compiling import conversion
 from workers.engines.loading import LoadedModel
 from workers.engines.onnx_to_torch import convert
-from workers.engines.quantising import MIN_PSNR, Int8Plan, QuantisedGraphs, face_ellipse, model_hash
+from workers.engines.quantising import EARLY_ITEMS, MIN_PSNR, Int8Plan, QuantisedGraphs, face_ellipse, model_hash
 from workers.engines.torch_engine import TorchEngine
 
 Array = npt.NDArray[Any]
@@ -42,7 +42,9 @@ def _psnr_in_face(want: Array, got: Array) -> float:
     return float("inf") if error == 0 else 10 * np.log10(peak**2 / error)
 
 
-def _int8_engine(model: onnx.ModelProto, folder: Path, mode: Any = "eager") -> tuple[TorchEngine, Path]:
+def _int8_engine(
+    model: onnx.ModelProto, folder: Path, mode: Any = "eager", items: int = ITEMS
+) -> tuple[TorchEngine, Path]:
     path = folder / f"{model.graph.name}.onnx"
     if not path.exists():
         onnx.save(model, str(path))
@@ -50,7 +52,7 @@ def _int8_engine(model: onnx.ModelProto, folder: Path, mode: Any = "eager") -> t
         QuantisedGraphs(folder / "cache"),
         QuantisedGraphs.key(model_hash(path), "cpu"),
         lambda: convert(path, **conversion("bf16")),
-        items=ITEMS,
+        items=items,
     )
     return TorchEngine(convert(path), precision="int8", mode=mode, max_batch=4, int8=plan), path
 
@@ -96,6 +98,19 @@ def test_a_model_with_an_outlier_channel_fails_the_guard_and_runs_bf16_as_a_visi
     # the verdict is kept: a restarted worker goes to bf16 at once, without calibrating again
     again, _ = _int8_engine(outlier_channel(), tmp_path)
     assert again.precision == "bf16" and not again.calibrating and again.stats.calibrated_items == 0
+
+
+def test_a_model_far_below_the_guard_on_its_first_items_stops_calibrating_there(tmp_path: Path) -> None:
+    """With the engine's 32 items, the early check on the first 8 ends the outlier's calibration (9.8 dB is far
+    below 35); a model that quantises well calibrates on."""
+    outlier, _ = _int8_engine(outlier_channel(), tmp_path, items=32)
+    well, _ = _int8_engine(well_quantised(), tmp_path, items=32)
+    for seed in range(EARLY_ITEMS // 4):
+        outlier.run(crops(seed))
+        well.run(crops(seed))
+    assert outlier.precision == "bf16" and outlier.stats.calibrated_items == EARLY_ITEMS
+    assert outlier.stats.guard is not None and "< 35" in outlier.stats.guard
+    assert well.calibrating and well.stats.calibrated_items == EARLY_ITEMS and well.stats.guard is None
 
 
 _CHILD = """
