@@ -361,7 +361,7 @@ class TrialEngine:
         self._winners = (self._winners[0], ("torch", precision))
         self._times = {label: [] for label in self._labels}
         fallback = getattr(stats, "precision_fallback", None)
-        self._note = f"int8 {fallback}" if fallback else str(getattr(stats, "guard", None) or "")
+        self._note = str(fallback or getattr(stats, "guard", None) or "")
 
 
 class _Abandoned(Exception):
