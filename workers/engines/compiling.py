@@ -9,10 +9,12 @@ Import this module only where torch may be imported (see :mod:`workers.engines.t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import re
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,18 @@ from shared.settings import CompileMode, Precision
 from workers.engines.cache_files import write_json
 
 logger = logging.getLogger(__name__)
+
+TRACING = threading.RLock()
+"""Held while a graph is traced: a first (compiling) call of a compiled module, or ``torch.export``. The two share
+process-wide state — while one thread exports, another thread's ``torch.compile`` is ignored ("torch.compile is
+ignored when called inside torch.export region") or fails ("logging.Logger method not supported") and its model
+falls back to eager — so a trial's thread exporting a model to quantise it must not overlap a compile elsewhere."""
+
+
+def tracing(compiling: bool) -> contextlib.AbstractContextManager[Any]:
+    """:data:`TRACING` where a call ``compiling`` (traces a graph), else nothing."""
+    return TRACING if compiling else contextlib.nullcontext()
+
 
 TORCH_FLOOR = (2, 7)
 """The oldest torch the engine runs on: dynamo's recompile limits have carried these names since 2.7 (2.6 raises on
@@ -70,11 +84,12 @@ def compile_module(module: torch.nn.Module, mode: CompileMode) -> Compiled:
     """``torch.compile`` as the engine uses it: one whole graph per bucket shape, no dynamic shapes; on the CPU
     with the Inductor options of :data:`CPU_OPTIONS`."""
     raise_recompile_limits()
-    if _device_of(module).type != "cpu":
-        compiled: Compiled = torch.compile(module, mode=mode, fullgraph=True, dynamic=False)
-        return compiled
-    options: dict[str, Any] = {**CPU_OPTIONS, "max_autotune": mode == "max-autotune"}
-    compiled = torch.compile(module, options=options, fullgraph=True, dynamic=False)
+    with TRACING:  # inside another thread's export, torch.compile returns the module as it is
+        if _device_of(module).type != "cpu":
+            compiled: Compiled = torch.compile(module, mode=mode, fullgraph=True, dynamic=False)
+            return compiled
+        options: dict[str, Any] = {**CPU_OPTIONS, "max_autotune": mode == "max-autotune"}
+        compiled = torch.compile(module, options=options, fullgraph=True, dynamic=False)
     return compiled
 
 
@@ -97,7 +112,8 @@ def compile_quantised(module: torch.nn.Module, mode: CompileMode) -> Compiled:
     would apply to the bf16 models too, where it measured slower (:data:`CPU_OPTIONS`)."""
     raise_recompile_limits()
     options: dict[str, Any] = {"max_autotune": mode == "max-autotune"}
-    compiled: Compiled = torch.compile(module, options=options, fullgraph=True, dynamic=False)
+    with TRACING:
+        compiled: Compiled = torch.compile(module, options=options, fullgraph=True, dynamic=False)
     inductor: Any = torch._inductor.config
 
     def frozen(*inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:

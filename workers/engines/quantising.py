@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 from workers.engines.cache_files import write_json
+from workers.engines.compiling import TRACING
 
 logger = logging.getLogger(__name__)
 
@@ -119,7 +120,8 @@ def export(
     quantiser finds convolutions, linears and the element-wise ops it fuses with them by it, and the non-strict
     tracer records it only for ``nn.Module`` calls, which the converted module has none of."""
     shapes = _dynamic_batch(module, example, batched)
-    return torch.export.export(module, example, dynamic_shapes=shapes, strict=strict)
+    with TRACING:
+        return torch.export.export(module, example, dynamic_shapes=shapes, strict=strict)
 
 
 def prepare(module: torch.nn.Module, example: Batch, batched: Sequence[bool]) -> torch.nn.Module:

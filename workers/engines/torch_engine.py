@@ -39,6 +39,7 @@ from workers.engines.compiling import (
     conversion,
     plan_calls,
     raise_recompile_limits,
+    tracing,
     use_compile_cache,
 )
 from workers.engines.int8_steps import Int8Steps
@@ -365,7 +366,8 @@ class TorchEngine(Int8Steps):
             compiler: Any = torch.compiler  # untyped in torch
             compiler.cudagraph_mark_step_begin()
         try:
-            outputs = self._forward(*tensors)
+            with tracing(first):
+                outputs = self._forward(*tensors)
         except Exception as error:
             if self._forward is self._module or self.memory.is_out_of_memory(error):
                 raise
