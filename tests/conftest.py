@@ -100,6 +100,10 @@ def _models_released_when_the_process_grows() -> Iterator[None]:
     the next module that needs one loads it again (its compiled code from the compile cache). Releasing after every
     module instead bounded a process at 5 GB, but the suite ran 80 s longer (docs/testing.md)."""
     yield
+    if "workers.engines.trials" in sys.modules:  # a trial a module's short job left running stops with the module
+        from workers.engines.trials import stop_trials
+
+        stop_trials()
     if "workers.engines.loading" not in sys.modules:
         return
     resident = _resident_bytes()
