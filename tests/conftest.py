@@ -41,6 +41,13 @@ XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.dont_write_bytecode = False
 
+# Inductor probes, once in each process and compile cache folder, which vector instruction sets the C++ compiler
+# can build (three g++ builds and a Python child each): 6.5 CPU-s in every pytest process and every worker that
+# compiles, for nothing a test proves, since the suite gives each module a fresh cache. Set to 1, Inductor takes
+# the sets the CPU's flags list (the same sets the probes found on the suite's machines, docs/testing.md); a run
+# that must see the probes sets it to 0.
+os.environ.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "1")
+
 # SWAPFARM_TEST_PROFILE=FILE writes a per-test wall and CPU profile (tests/support/cpu_profile.py).
 pytest_plugins = ["tests.support.cpu_profile"]
 
