@@ -20,7 +20,7 @@ recall. Against a plain tracked job it:
   frames before its first detection where that motion puts it; joins a detection no track's box overlaps to the
   nearest track within :data:`STRICT_REACH` face sizes (a small fast face moves further than its size between frames);
 * shares its extra passes out over ``face.blur_scan_period`` frames (default :data:`SCAN_PERIOD`), except on a frame
-  that starts a scene, which runs them all;
+  that starts a scene and on the video's last frames (:data:`LAST_FRAMES` periods), which run them all;
 * cuts its tracks at scene cuts (consecutive frames whose small grey thumbnails correlate below
   :data:`CUT_CORRELATION`: no box moves or fills across a cut), and carries a track's box on by its motion over its
   last :data:`COAST_BASE` detections for up to ``face.track_gap`` frames after its last detection (a face lost stays
@@ -54,6 +54,7 @@ __all__ = [
     "EDGE_DEPTH",
     "EDGE_FACE",
     "EDGE_SCORE",
+    "LAST_FRAMES",
     "LOOK_BACK",
     "MIN_FACE",
     "RELIABLE_FACE",
@@ -150,6 +151,12 @@ SCAN_PERIOD = 2
 """The default ``face.blur_scan_period``: the frames the extra passes (tiles, turned frames, edges) are shared out
 over (a frame that starts a scene, the video's first or a cut, runs them all). On the benchmark clips (720p and
 1080p, seeds 11 and 12, 904 face-frames) 2 hid 99.56 %, as 1 did, in 0.65–0.75 of the time a frame (2026-12-05)."""
+
+LAST_FRAMES = 2
+"""The video's last ``LAST_FRAMES × face.blur_scan_period`` frames run every extra pass, as a frame that starts a scene
+does: a face the shared-out passes find on alternate frames is covered in the frames between by its track's look-back
+from its next detections, and after the video's last frame there are none. On the 720p benchmark clip of seed 41 a
+29–35-px face coming in at the bottom edge in the last three frames showed in all three (2026-12-07)."""
 
 CUT_CORRELATION = 0.5
 """Consecutive frames whose 32×18 grey thumbnails (blurred, each normalised by its own mean and spread, so a frame

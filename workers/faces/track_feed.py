@@ -23,6 +23,7 @@ answer, so the chosen person does not flicker when one frame's embedding wobbles
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 
@@ -35,6 +36,7 @@ from shared.strict_blur import (
     AROUND_SCORE,
     CUT_CORRELATION,
     EDGE_COAST,
+    LAST_FRAMES,
     LOOK_BACK,
     STRICT_HIGH,
     STRICT_LOW,
@@ -169,6 +171,7 @@ class TrackFeed:
         self.strict = strict
         self.detected_frames = 0  # frames detected, look-behind and look-ahead included
         self.cuts = 0  # scene cuts seen (strict mode)
+        self._ending = 0  # strict mode: the video's last frames that run every pass (set by work)
         # reference mode reads the look-ahead's embeddings too, so it reads the whole look-ahead
         self._may_settle = targeter is None or targeter.mode != "reference"
         self._distances: dict[int, list[float]] = {}
@@ -202,10 +205,13 @@ class TrackFeed:
         pending: list[tuple[np.ndarray, TrackedFrame]] = []
         first = 0  # the tracker's index of the chunk's first frame
         fed = 0
-        for role, source in (("behind", behind), ("chunk", batches)):
+        # strict mode runs every pass on the video's last frames: it counts the frames that follow each batch
+        self._ending = ending = LAST_FRAMES * self.options.blur_scan_period if self.strict else 0
+        followed = (("behind", ((b, ending) for b in behind)), ("chunk", _followed(batches, ending)))
+        for role, source in followed:
             if role == "chunk":
                 first = fed
-            for batch in source:
+            for batch, follow in source:
                 tracker.frame = (int(batch.shape[2]), int(batch.shape[1]))
                 # The look-ahead goes one frame at a time and stops as soon as no later frame can change the
                 # chunk's frames (FaceTracker.settled): most chunk ends need few of its frames, or none.
@@ -218,7 +224,12 @@ class TrackFeed:
                         break
                     part = batch[start:stop]
                     self.detected_frames += len(part)
-                    for frame, faces in self._faces(part, batch, start, stop, tracker, origin + fed):
+                    # the frames after the part (counted up to ``ending``), where the video ends within what is
+                    # fed: fewer frames than the chunk and its look-ahead (the context asked of the decoder)
+                    after = len(batch) - stop + follow
+                    ends = role == "chunk" and fed - first - start + len(batch) + follow < frames + self.context
+                    after = after if ends else ending
+                    for frame, faces in self._faces(part, batch, start, stop, tracker, origin + fed, after):
                         if role == "chunk" and fed - first < frames:
                             waiting[fed] = frame
                         self._note(tracker.update(faces))
@@ -237,11 +248,20 @@ class TrackFeed:
             yield self._item(pending[start : start + self.batch_size], first)
 
     def _faces(
-        self, part: FrameBatch, batch: FrameBatch, start: int, stop: int, tracker: FaceTracker, number: int
+        self,
+        part: FrameBatch,
+        batch: FrameBatch,
+        start: int,
+        stop: int,
+        tracker: FaceTracker,
+        number: int,
+        after: int = 0,
     ) -> Iterator[tuple[np.ndarray, list[Face]]]:
         """Each frame of ``part`` (``batch[start:stop]``) with its faces, frame by frame as the tracker goes in strict
         mode: a scene cut is told to the tracker first, and the sweep looks closely where the tracks expect their
-        faces (``number``: the video's number of the part's first frame)."""
+        faces (``number``: the video's number of the part's first frame; ``after``: how many frames follow the part,
+        counted as far as the video's last frames go, which run every pass: :data:`~shared.strict_blur.LAST_FRAMES`).
+        """
         if not self.strict:
             yield from zip(part, self._detect(part, self._on_device(batch, start, stop)), strict=True)
             return
@@ -251,11 +271,13 @@ class TrackFeed:
             current = thumbnail(frame)
             starts.append(is_cut(self._previous, current))
             self._previous = current
-        # the part's frames are scanned ahead, two at a time, while the tracker takes them in order
+        # the part's frames are scanned ahead, two at a time, while the tracker takes them in order; a frame that
+        # starts a scene (the video's first, or a cut) and the video's last frames run every pass
+        every = [cut or number + i == 0 or len(part) - i - 1 + after < self._ending for i, cut in enumerate(starts)]
         scans = [
-            sweep.scan_soon(frame, self.limits.low, number=number + offset, every_pass=cut or number + offset == 0)
-            for offset, (frame, cut) in enumerate(zip(part, starts, strict=True))
-        ]  # a scene starts: the video's first frame, or a cut
+            sweep.scan_soon(frame, self.limits.low, number=number + offset, every_pass=every[offset])
+            for offset, frame in enumerate(part)
+        ]
         try:
             for offset, frame in enumerate(part):
                 if starts[offset]:
@@ -345,3 +367,22 @@ class TrackFeed:
         batch = np.stack([frame for frame, _ in frames])
         faces = [tracked.faces for _, tracked in frames]
         return Work(batch, faces=faces, targets=[self._targets(f) for f in faces], first=frames[0][1].index - first)
+
+
+def _followed(batches: Iterable[FrameBatch], need: int) -> Iterator[tuple[FrameBatch, int]]:
+    """Each batch with the number of frames that follow it, counted up to ``need`` (``need`` or more: at least that
+    many): it reads up to ``need`` frames past the batch it hands on. ``need`` 0: the batches as they come, with 0."""
+    if need <= 0:
+        yield from ((batch, 0) for batch in batches)
+        return
+    held: deque[FrameBatch] = deque()
+    after = 0  # the frames held behind the first batch held
+    for batch in batches:
+        held.append(batch)
+        after += len(batch) if len(held) > 1 else 0
+        while len(held) > 1 and after >= need:
+            yield held.popleft(), after
+            after -= len(held[0])
+    while held:
+        head = held.popleft()
+        yield head, sum(len(b) for b in held)
