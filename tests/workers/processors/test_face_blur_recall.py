@@ -48,40 +48,41 @@ def test_strict_face_blur_follows_a_small_face_moving_further_than_its_size_each
     assert hid >= total - 5, f"{total - hid} of {total} face-frames of faces ≥ 24 px left visible"
 
 
-def test_strict_face_blur_counts_its_detector_calls_and_shares_the_extra_passes_over_frames() -> None:
-    generated = list(generate(ClipSpec(width=1280, height=720, frames=7, seed=5, faces=0)))
+def test_strict_face_blur_counts_its_detector_calls() -> None:
+    generated = list(generate(ClipSpec(width=1280, height=720, frames=2, seed=5, faces=0)))
     frames, truths = [f for f, _ in generated], [t for _, t in generated]
     # every pass on every frame: the whole frame once, the frame at 4/3 the source's scale at once (YuNet takes any
     # size), each turned frame whole and at once (6 a frame), and the edges mirrored outward in 2 pictures (the top
     # and bottom strips whole, then the left and right ones)
     every = blur_clip(frames, truths, {"blur_scan_period": 1})
-    assert every.calls == 7 * (6 + 2)
+    assert every.calls == 2 * (6 + 2)
     # by default the enlarged pictures are tiled (8 tiles, and 4 for each turned frame: 19 runs a frame, 21 with the
-    # edges), and the 20 runs besides the whole frame's are shared out over two frames (frames 1 and 2), but the
-    # video's first frame (a scene's first) and its last 4 (2 periods) run them all
-    shared = blur_clip(frames, truths, {})
-    assert shared.calls == 21 + 2 * (1 + 20 // 2) + 4 * 21
-    assert every.score.background_share == shared.score.background_share == 0.0
+    # edges); the two frames are the video's first and last, which run every pass (shared out: the test below)
+    tiled = blur_clip(frames, truths, {})
+    assert tiled.calls == 2 * 21
+    assert every.score.background_share == tiled.score.background_share == 0.0
 
 
-def test_a_chunk_followed_by_its_look_ahead_shares_the_passes_out_to_its_last_frame() -> None:
-    frames = np.stack([f for f, _ in generate(ClipSpec(width=1280, height=720, frames=16, seed=5, faces=0))])
+def test_the_extra_passes_are_shared_out_over_frames_but_not_on_the_videos_last() -> None:
+    frames = np.stack([f for f, _ in generate(ClipSpec(width=640, height=360, frames=12, seed=5, faces=0))])
 
     def calls(chunk: int, fed: int) -> int:
         feed = TrackFeed(detector(), None, FaceOptions(), strict=True, landmarks=False)
-        stream = [frames[i : min(i + 8, fed)] for i in range(0, fed, 8)]
+        stream = [frames[i : min(i + 4, fed)] for i in range(0, fed, 4)]
         assert sum(len(work.frames) for work in feed.work([], stream, chunk)) == chunk
         assert isinstance(feed.finder, DetectionSweep)
         return feed.finder.calls
 
     context = TrackFeed(detector(), None, FaceOptions(), strict=True, landmarks=False).context
-    # every pass is 21 runs at 720p, half the extra passes 11 (above); the video's first frame runs every pass.
-    # 8 frames, then the look-ahead the decoder is asked for: the video goes on, every later frame runs half
-    assert calls(8, 8 + context) == 21 + (7 + context) * 11
-    # the video's last 8 frames: its last 4 run every pass; where the look-ahead held only 2 frames, the video's
-    # last 4 are the chunk's last 2 and those 2
-    assert calls(8, 8) == 21 + 3 * 11 + 4 * 21
-    assert calls(8, 10) == 21 + 5 * 11 + 4 * 21
+    every, half = 7, 4  # model runs a 640×360 frame: every pass; the whole frame's and half of the 6 others
+    assert calls(1, 1) == every
+    # the video's first frame runs every pass. 6 frames, then the look-ahead the decoder is asked for: the video goes
+    # on, and every later frame runs half the extra passes, the look-ahead's too
+    assert calls(6, 6 + context) == every + (5 + context) * half
+    # the video's last 6 frames: its last 4 run every pass; where the look-ahead held only 3 frames, the video's
+    # last 4 are the chunk's last one and those 3
+    assert calls(6, 6) == every + half + 4 * every
+    assert calls(6, 9) == every + 4 * half + 4 * every
 
 
 def test_strict_face_blur_runs_every_pass_on_the_videos_last_frames() -> None:
