@@ -22,6 +22,7 @@ from workers.engines.compiling import Compiled, Compiler, compile_module, compil
 from workers.engines.onnx_to_torch import TensorSpec
 from workers.engines.quantising import (
     EARLY_ITEMS,
+    Batch,
     Int8Plan,
     Verdict,
     convert,
@@ -110,10 +111,16 @@ class Int8Steps:
             self._failed(plan, verdict)
 
     def _failed(self, plan: Int8Plan, verdict: Verdict) -> None:
+        self._to_bf16(self._kept(plan, verdict, None, (), []).describe())
+
+    def _kept(
+        self, plan: Int8Plan, verdict: Verdict, graph: torch.nn.Module | None, example: Batch, batched: Sequence[bool]
+    ) -> Verdict:
+        """The model's verdict, in its stats and stored with the graph that passed it (``None``: it failed)."""
         verdict = dataclasses.replace(verdict, model=plan.model)
         self.stats.guard = verdict.describe()
-        plan.graphs.store(plan.key, verdict, None, (), [])
-        self._to_bf16(verdict.describe())
+        plan.graphs.store(plan.key, verdict, graph, example, batched)
+        return verdict
 
     def _finish_calibration(self, plan: Int8Plan) -> None:
         """Quantise, and hold int8 to the fp32 outputs call by call: the verdict is the worst item's, so the first
@@ -133,9 +140,7 @@ class Int8Steps:
         if not verdict.passed:
             self._failed(plan, verdict)
             return
-        verdict = dataclasses.replace(verdict, model=plan.model)
-        self.stats.guard = verdict.describe()
-        plan.graphs.store(plan.key, verdict, graph, calls[0][0], batched)
+        verdict = self._kept(plan, verdict, graph, calls[0][0], batched)
         self.stats.int8 = "calibrated"
         self._use_quantised(graph)
         logger.info("int8: quantised in %.1fs, %s", time.perf_counter() - started, verdict.describe())
