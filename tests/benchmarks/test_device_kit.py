@@ -192,6 +192,7 @@ def test_the_runs_modules_import_from_the_kit_and_the_images_packages_alone(devi
     assert any(f.startswith(str(device.roots[0])) for f in found["files"]), "the kit's packages were imported"
 
 
+@pytest.mark.slow
 def test_an_in_process_job_runs_there_on_the_kits_ffmpeg_and_the_torch_engine(device: Device, data_dir: Path) -> None:
     models = device.python.parents[2] / "models"
     models.mkdir(exist_ok=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 
+import pytest
 import torch
 
 from tests.support.quant_replicas import crops
@@ -16,6 +17,7 @@ from workers.engines.quantising import export
 from workers.engines.torch_engine import TorchEngine
 
 
+@pytest.mark.slow
 def test_models_compile_while_another_thread_exports_one() -> None:
     exported = convert(swapper("exported", 64, width=32)).eval()
     example = tuple(torch.from_numpy(value) for value in crops(0).values())

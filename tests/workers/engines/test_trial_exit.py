@@ -8,6 +8,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[3]
 
 _CHILD = textwrap.dedent("""
@@ -51,6 +53,7 @@ _CHILD = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_a_process_ending_mid_trial_exits_cleanly_and_keeps_no_verdict(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-c", _CHILD, str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=300

@@ -113,6 +113,7 @@ def _loaded(engine: TrialEngine) -> LoadedModel:
     return LoadedModel(engine, None, FittedBatches(4, memory=HostMemory()), "trial_conv")
 
 
+@pytest.mark.slow
 def test_a_model_on_trial_runs_on_onnx_runtime_until_the_torch_engine_is_timed_then_on_the_faster(
     model: Path, tmp_path: Path
 ) -> None:
@@ -267,6 +268,7 @@ def test_onnx_runtime_winning_the_trial_is_no_fallback(model: Path, tmp_path: Pa
     assert engine.fallback is None and _loaded(engine).degradations() == []
 
 
+@pytest.mark.slow
 @native_bf16
 def test_auto_puts_a_model_on_trial_and_a_second_process_loads_the_kept_winner_without_one(
     model: Path, tmp_path: Path

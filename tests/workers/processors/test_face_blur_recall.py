@@ -36,6 +36,7 @@ def test_strict_face_blur_hides_every_small_face_of_an_hd_clip() -> None:
     assert outcome.score.background_share <= 0.03  # and the rest of the frame is not blurred to get there
 
 
+@pytest.mark.slow
 def test_strict_face_blur_follows_a_small_face_moving_further_than_its_size_each_frame() -> None:
     # frames 0-11 of the 1080p benchmark clip of seed 11: a face of 26-28 px crosses the frame at 64 px a frame, and
     # a 28-px face turned 18-21° enters: before, the fast face started a new track in every frame, no gap of it was
@@ -127,6 +128,7 @@ def test_a_face_blurred_in_a_dark_motion_blurred_frame_counts_as_hidden_and_one_
         assert not is_hidden(frame, frame, truth), f"face {truth.face} judged hidden as it came in"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("face", [{}, {"strict_second_detector": "scrfd"}], ids=["yunet", "and-scrfd"])
 def test_strict_face_blur_keeps_a_face_half_out_of_the_frame_hidden_while_its_detections_fade(
     face: dict[str, str],
