@@ -255,7 +255,7 @@ class TrackFeed:
         stop: int,
         tracker: FaceTracker,
         number: int,
-        after: int = 0,
+        after: int,
     ) -> Iterator[tuple[np.ndarray, list[Face]]]:
         """Each frame of ``part`` (``batch[start:stop]``) with its faces, frame by frame as the tracker goes in strict
         mode: a scene cut is told to the tracker first, and the sweep looks closely where the tracks expect their
