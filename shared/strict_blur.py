@@ -18,7 +18,9 @@ recall. Against a plain tracked job it:
   the face is :data:`AROUND_FACE` px, upright and turned both ways, packed with the other tracks' as cells of one
   mosaic the size of the detector's input), and, once a new track's motion is known, at up to :data:`LOOK_BACK`
   frames before its first detection where that motion puts it; joins a detection no track's box overlaps to the
-  nearest track within :data:`STRICT_REACH` face sizes (a small fast face moves further than its size between frames);
+  nearest track within :data:`STRICT_REACH` face sizes (a small fast face moves further than its size between frames),
+  and looks closely at the frames between a new track's first detection and a track lost up to :data:`BRIDGE_GAP`
+  frames before it, within :data:`STRICT_REACH` face sizes a frame, where a face moving from one to the other would be;
 * shares its extra passes out over ``face.blur_scan_period`` frames (default :data:`SCAN_PERIOD`), except on a frame
   that starts a scene and on the video's last frames (:data:`LAST_FRAMES` periods), which run them all;
 * cuts its tracks at scene cuts (consecutive frames whose small grey thumbnails correlate below
@@ -47,6 +49,7 @@ __all__ = [
     "AROUND_MOST",
     "AROUND_NEW_IOU",
     "AROUND_SCORE",
+    "BRIDGE_GAP",
     "COAST_BASE",
     "CUT_CORRELATION",
     "DOUBTFUL_MOST",
@@ -81,6 +84,12 @@ STRICT_REACH = 3.0
 """A detection no track's box overlaps joins the nearest track expecting a face of about its size within this many
 face sizes (centre to centre): on the 1080p test clips a 27-px face moved 64 px a frame, and started a new track in
 every frame."""
+
+BRIDGE_GAP = 2
+"""A new track's first detection is bridged to the nearest track whose last detection is up to this many frames
+before it, within :data:`STRICT_REACH` face sizes for each frame apart: the frames between are looked at closely
+where a face moving in a line between the two would be (a small fast face that the passes share out over two frames
+find on alternate frames only starts a new track at each detection, too far from the last to join it)."""
 
 STRICT_MARGIN = 0.2
 """The default ``face.blur_margin``: each side of a box grows by this fraction of its size."""

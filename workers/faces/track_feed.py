@@ -34,6 +34,7 @@ import numpy.typing as npt
 from shared.options import FaceOptions, JobOptions
 from shared.strict_blur import (
     AROUND_SCORE,
+    BRIDGE_GAP,
     CUT_CORRELATION,
     EDGE_COAST,
     LAST_FRAMES,
@@ -293,7 +294,9 @@ class TrackFeed:
         """Strict mode: for each track whose motion just became known, look closely at the frames before its first
         detection (those of the chunk still held, up to :data:`~shared.strict_blur.LOOK_BACK` of them) where that
         motion puts its face, and add what is found there to the track; stop where two frames in a row show none
-        (one is passed over: the tracker fills it, as a gap between two detections)."""
+        (one is passed over: the tracker fills it, as a gap between two detections). Then, for each track whose first
+        detection was just fed and that is bridged to one lost a frame or two before it (``newly_bridged``), look
+        at the frames between where a face moving in a line from the one to the other would be."""
         assert isinstance(self.finder, DetectionSweep)
         for ident, first, box, velocity in tracker.newly_moving():
             anchor, steps = box, 1  # the last box found, and how many frames before it the next frame looked at is
@@ -316,6 +319,19 @@ class TrackFeed:
                 if not tracker.observe_before(ident, first - back, replace(nearest, track=ident)):
                     break
                 anchor, steps = nearest.box, 1
+        for ident, first, box, last, before in tracker.newly_bridged(STRICT_REACH, BRIDGE_GAP):
+            for index in range(last + 1, first):  # where the face was between, had it moved in a line
+                frame = held.get(index)
+                if frame is None:
+                    continue
+                expected = np.asarray(before + (box - before) * ((index - last) / (first - last)), np.float32)
+                found = self.finder.look_around(frame, [expected], max(self.limits.low, AROUND_SCORE))
+                side = float(max(expected[2:] - expected[:2]))
+                centre = (expected[:2] + expected[2:]) / 2
+                near = [f for f in found if 0.5 <= float(max(f.box[2:] - f.box[:2])) / side <= 2.0]
+                distances = [float(np.linalg.norm((f.box[:2] + f.box[2:]) / 2 - centre)) for f in near]
+                if near and min(distances) <= side:  # a face of about its size, within a face size of where it would be
+                    tracker.observe_before(ident, index, replace(near[int(np.argmin(distances))], track=ident))
 
     def _on_device(self, batch: FrameBatch, start: int, stop: int) -> list[list[Face]] | None:
         """The faces of ``batch[start:stop]`` found where its frames already are, or ``None``. Asked per part, so

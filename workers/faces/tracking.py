@@ -219,6 +219,37 @@ class FaceTracker:
                 found.append((track.ident, first, track.frames[first].box, track.velocity.copy()))
         return found
 
+    def newly_bridged(self, reach: float, gap: int) -> list[tuple[int, int, FloatArray, int, FloatArray]]:
+        """The tracks whose first detection was in the frame just fed, each beside the nearest track of its scene
+        whose last detection is 2 to ``gap`` + 1 frames before it: of a size within half to twice its own, its
+        centre within ``reach`` face sizes (the smaller face's) for each frame apart. A small fast face that the
+        strict passes find on alternate frames only starts a track at each detection, too far from the last one to
+        join it. Each as the new track's id, its first frame and box, and the other's last frame and box: the frames
+        between are where to look for the face."""
+        index = self._fed - 1
+        start = self._scene_start(index)
+        found = []
+        for track in self._tracks:
+            if len(track.frames) != 1 or track.last != index:
+                continue
+            box = track.frames[index].box
+            side = float(max(box[2] - box[0], box[3] - box[1], 1.0))
+            nearest: tuple[float, _Track] | None = None
+            for other in self._tracks:
+                apart = index - other.last
+                if other is track or not 2 <= apart <= gap + 1 or other.last < start:
+                    continue
+                old = other.frames[other.last].box
+                old_side = float(max(old[2] - old[0], old[3] - old[1], 1.0))
+                distance = float(np.linalg.norm((old[:2] + old[2:]) / 2 - (box[:2] + box[2:]) / 2))
+                if 0.5 <= old_side / side <= 2.0 and distance <= reach * min(side, old_side) * apart:
+                    if nearest is None or distance < nearest[0]:
+                        nearest = (distance, other)
+            if nearest is not None:
+                other = nearest[1]
+                found.append((track.ident, index, box.copy(), other.last, other.frames[other.last].box.copy()))
+        return found
+
     def observe_before(self, ident: int, index: int, face: Face) -> bool:
         """Add a detection of track ``ident`` in an earlier frame not decided yet (found by looking back from the
         track's first detections), as if the detector had found it there; ``False`` where that frame is decided

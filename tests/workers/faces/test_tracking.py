@@ -186,3 +186,36 @@ def test_a_face_found_before_a_tracks_first_detection_joins_it_where_that_frame_
     out.extend(tracker.flush())
     assert [len(f.faces) for f in out] == [0, 1, 1, 1, 1, 1, 1, 1]  # frame 1 found, 2-4 filled between 1 and 5
     assert {face.track for f in out for face in f.faces} == {ident}
+
+
+def test_a_new_track_is_bridged_to_a_track_lost_a_frame_before_it_within_the_reach_a_frame() -> None:
+    """A 30-px face moving 75 px a frame, found on alternate frames only: each detection is 5 face sizes from the
+    last, beyond the reach, so each starts a track; the new one is bridged to the last, and the frame between is
+    where to look for it."""
+    tracker = FaceTracker(high=0.35, low=0.15, max_gap=4, keep_doubtful=True, reach=3.0)
+    (first,) = tracker.update([_face(1000, 300, size=30)])
+    tracker.update([])
+    (second,) = tracker.update([_face(1000 - 150, 300, size=30)])
+    assert first.track != second.track
+    ((ident, index, box, last, before),) = tracker.newly_bridged(3.0, 2)
+    assert (ident, index, last) == (second.track, 2, 0)
+    assert np.allclose(box, second.box) and np.allclose(before, first.box)
+    assert tracker.observe_before(ident, 1, replace(_face(1000 - 75, 300, size=30), track=ident))
+    tracker.update([])
+    assert tracker.newly_bridged(3.0, 2) == []  # only in the frame of a track's first detection
+
+
+def test_no_bridge_to_a_face_of_another_size_too_far_or_too_long_ago() -> None:
+    cases = {  # the lost face, then frames without a face, then a 30-px face at (1000, 300)
+        "three times the size": (_face(1000, 420, size=90), 1),
+        "7 face sizes away a frame apart (6 at most)": (_face(1000 + 7 * 30, 300, size=30), 1),
+        "4 frames before (3 at most)": (_face(1000 + 5 * 30, 300, size=30), 3),
+    }
+    for case, (lost, empty) in cases.items():
+        tracker = FaceTracker(high=0.35, low=0.15, max_gap=4, keep_doubtful=True, reach=3.0)
+        (old,) = tracker.update([lost])
+        for _ in range(empty):
+            tracker.update([])
+        (new,) = tracker.update([_face(1000, 300, size=30)])
+        assert new.track != old.track, case
+        assert tracker.newly_bridged(3.0, 2) == [], case
