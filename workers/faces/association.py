@@ -1,6 +1,7 @@
 """Which detection belongs to which face track: greedy one-to-one matching of a frame's boxes to the tracks' predicted
 boxes — by overlap (:func:`match_overlapping`, what every tracked job does) and by distance
-(:func:`match_nearby`, what an anonymiser adds for small fast faces) — and whether a track's box is leaving the
+(:func:`match_nearby`, what an anonymiser adds for small fast faces; :func:`bridge_to` for one found on alternate
+frames only) — and whether a track's box is leaving the
 frame (:func:`leaving_frame`). Pure numpy; used by :mod:`workers.faces.tracking`.
 
 Both are greedy, best pair first, ties broken by detection then track order, so the same boxes always give the
@@ -12,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["MATCH_IOU", "MATCH_WIDEN", "box_iou", "leaving_frame", "match_nearby", "match_overlapping"]
+__all__ = ["MATCH_IOU", "MATCH_WIDEN", "box_iou", "bridge_to", "leaving_frame", "match_nearby", "match_overlapping"]
 
 FloatArray = npt.NDArray[np.float32]
 Pairs = list[tuple[int, int]]
@@ -68,6 +69,19 @@ def match_nearby(found: FloatArray, predicted: FloatArray, reach: float) -> Pair
     ratio = found_side[:, None] / track_side[None]
     sizes = np.where((ratio >= 0.5) & (ratio <= 2.0), sizes, np.inf)
     return _greedy(sizes, reach)
+
+
+def bridge_to(new: FloatArray, old: FloatArray, apart: list[int], reach: float) -> list[int | None]:
+    """For each box of ``new``, the nearest box of ``old`` (last seen ``apart`` frames before) of a size within half
+    to twice its own whose centre is within ``reach`` face sizes (the smaller face's longer side) for each frame
+    apart, or ``None``."""
+    new_side = np.maximum(new[:, 2:] - new[:, :2], 1.0).max(axis=1)
+    old_side = np.maximum(old[:, 2:] - old[:, :2], 1.0).max(axis=1)
+    distance = np.linalg.norm(_centres(new)[:, None] - _centres(old)[None], axis=2)
+    ratio = old_side[None] / new_side[:, None]
+    within = distance <= reach * np.minimum(new_side[:, None], old_side[None]) * np.asarray(apart, np.float32)[None]
+    cost = np.where(within & (ratio >= 0.5) & (ratio <= 2.0), distance, np.inf)
+    return [int(np.argmin(row)) if np.isfinite(row.min()) else None for row in cost]
 
 
 def _greedy(cost: npt.NDArray[np.floating], limit: float) -> Pairs:

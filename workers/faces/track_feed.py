@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import cv2
 import numpy as np
@@ -34,7 +34,6 @@ import numpy.typing as npt
 from shared.options import FaceOptions, JobOptions
 from shared.strict_blur import (
     AROUND_SCORE,
-    BRIDGE_GAP,
     CUT_CORRELATION,
     EDGE_COAST,
     LAST_FRAMES,
@@ -44,6 +43,7 @@ from shared.strict_blur import (
     STRICT_REACH,
 )
 from workers.faces.detection import Face, FaceDetector
+from workers.faces.look_back import look_back
 from workers.faces.selection import cosine_distance, select_faces
 from workers.faces.sweep import DetectionSweep
 from workers.faces.targeting import FaceTargeter
@@ -235,7 +235,8 @@ class TrackFeed:
                             waiting[fed] = frame
                         self._note(tracker.update(faces))
                         if self.strict:
-                            self._look_back(tracker, waiting)
+                            assert isinstance(self.finder, DetectionSweep)
+                            look_back(tracker, self.finder, waiting, max(self.limits.low, AROUND_SCORE))
                         fed += 1
                         pending.extend((waiting.pop(t.index), t) for t in tracker.ready() if t.index in waiting)
                         while len(pending) >= self.batch_size:
@@ -289,49 +290,6 @@ class TrackFeed:
         finally:
             for scan in scans:
                 scan.cancel()  # a part left unfinished (an error): its frames not scanned yet are not
-
-    def _look_back(self, tracker: FaceTracker, held: dict[int, np.ndarray]) -> None:
-        """Strict mode: for each track whose motion just became known, look closely at the frames before its first
-        detection (those of the chunk still held, up to :data:`~shared.strict_blur.LOOK_BACK` of them) where that
-        motion puts its face, and add what is found there to the track; stop where two frames in a row show none
-        (one is passed over: the tracker fills it, as a gap between two detections). Then, for each track whose first
-        detection was just fed and that is bridged to one lost a frame or two before it (``newly_bridged``), look
-        at the frames between where a face moving in a line from the one to the other would be."""
-        assert isinstance(self.finder, DetectionSweep)
-        for ident, first, box, velocity in tracker.newly_moving():
-            anchor, steps = box, 1  # the last box found, and how many frames before it the next frame looked at is
-            for back in range(1, LOOK_BACK + 1):
-                frame = held.get(first - back)
-                if frame is None:
-                    break
-                expected = np.asarray(anchor - velocity * steps, np.float32)
-                found = self.finder.look_around(frame, [expected], max(self.limits.low, AROUND_SCORE))
-                centre = (expected[:2] + expected[2:]) / 2
-                distances = [float(np.linalg.norm((f.box[:2] + f.box[2:]) / 2 - centre)) for f in found]
-                # a face farther than a face size away is another one (on the 720p clip of seed 13, a face entering
-                # at the edge beneath another took that one's track back four frames)
-                if not found or min(distances) > float(max(expected[2:] - expected[:2])):
-                    steps += 1
-                    if steps > 2:
-                        break
-                    continue  # on the 720p clip of seed 32, a motion-blurred frame stopped a turned face's look-back
-                nearest = found[int(np.argmin(distances))]
-                if not tracker.observe_before(ident, first - back, replace(nearest, track=ident)):
-                    break
-                anchor, steps = nearest.box, 1
-        for ident, first, box, last, before in tracker.newly_bridged(STRICT_REACH, BRIDGE_GAP):
-            for index in range(last + 1, first):  # where the face was between, had it moved in a line
-                frame = held.get(index)
-                if frame is None:
-                    continue
-                expected = np.asarray(before + (box - before) * ((index - last) / (first - last)), np.float32)
-                found = self.finder.look_around(frame, [expected], max(self.limits.low, AROUND_SCORE))
-                side = float(max(expected[2:] - expected[:2]))
-                centre = (expected[:2] + expected[2:]) / 2
-                near = [f for f in found if 0.5 <= float(max(f.box[2:] - f.box[:2])) / side <= 2.0]
-                distances = [float(np.linalg.norm((f.box[:2] + f.box[2:]) / 2 - centre)) for f in near]
-                if near and min(distances) <= side:  # a face of about its size, within a face size of where it would be
-                    tracker.observe_before(ident, index, replace(near[int(np.argmin(distances))], track=ident))
 
     def _on_device(self, batch: FrameBatch, start: int, stop: int) -> list[list[Face]] | None:
         """The faces of ``batch[start:stop]`` found where its frames already are, or ``None``. Asked per part, so

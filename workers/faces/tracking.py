@@ -36,26 +36,13 @@ import numpy as np
 import numpy.typing as npt
 
 from shared.strict_blur import COAST_BASE
-from workers.faces.association import box_iou, leaving_frame, match_nearby, match_overlapping
+from workers.faces.association import box_iou, bridge_to, leaving_frame, match_nearby, match_overlapping
 from workers.faces.detection import Face
+from workers.faces.smoothing import MAX_SMOOTHING_RADIUS, context_frames, smoothed, smoothing_radius
 
 __all__ = ["MAX_SMOOTHING_RADIUS", "FaceTracker", "TrackedFrame", "box_iou", "context_frames", "smoothing_radius"]
 
 FloatArray = npt.NDArray[np.float32]
-
-MAX_SMOOTHING_RADIUS = 3
-"""Frames each side of the landmark smoothing window at strength 1."""
-
-
-def smoothing_radius(smoothing: float) -> int:
-    """The frames each side of the landmark smoothing window at ``smoothing`` (0…1)."""
-    return round(smoothing * MAX_SMOOTHING_RADIUS)
-
-
-def context_frames(max_gap: int, smoothing: float = 1.0) -> int:
-    """The frames each side that a decision about one frame reads: a gap, its two ends and a smoothing window
-    (none without smoothing: a job that reads only boxes, like ``face_blur``, reads 3 frames fewer each side)."""
-    return max_gap + 1 + smoothing_radius(smoothing)
 
 
 @dataclass(frozen=True)
@@ -220,35 +207,19 @@ class FaceTracker:
         return found
 
     def newly_bridged(self, reach: float, gap: int) -> list[tuple[int, int, FloatArray, int, FloatArray]]:
-        """The tracks whose first detection was in the frame just fed, each beside the nearest track of its scene
-        whose last detection is 2 to ``gap`` + 1 frames before it: of a size within half to twice its own, its
-        centre within ``reach`` face sizes (the smaller face's) for each frame apart. A small fast face that the
-        strict passes find on alternate frames only starts a track at each detection, too far from the last one to
-        join it. Each as the new track's id, its first frame and box, and the other's last frame and box: the frames
-        between are where to look for the face."""
+        """The tracks whose first detection was in the frame just fed, each bridged to a track of its scene whose last
+        detection is 2 to ``gap`` + 1 frames before it (:func:`~workers.faces.association.bridge_to`): a small fast
+        face the strict passes find on alternate frames starts a track at each detection, too far from the last
+        one to join it. Each as the new track's id, frame and box, and the other's last frame and box."""
         index = self._fed - 1
-        start = self._scene_start(index)
-        found = []
-        for track in self._tracks:
-            if len(track.frames) != 1 or track.last != index:
-                continue
-            box = track.frames[index].box
-            side = float(max(box[2] - box[0], box[3] - box[1], 1.0))
-            nearest: tuple[float, _Track] | None = None
-            for other in self._tracks:
-                apart = index - other.last
-                if other is track or not 2 <= apart <= gap + 1 or other.last < start:
-                    continue
-                old = other.frames[other.last].box
-                old_side = float(max(old[2] - old[0], old[3] - old[1], 1.0))
-                distance = float(np.linalg.norm((old[:2] + old[2:]) / 2 - (box[:2] + box[2:]) / 2))
-                if 0.5 <= old_side / side <= 2.0 and distance <= reach * min(side, old_side) * apart:
-                    if nearest is None or distance < nearest[0]:
-                        nearest = (distance, other)
-            if nearest is not None:
-                other = nearest[1]
-                found.append((track.ident, index, box.copy(), other.last, other.frames[other.last].box.copy()))
-        return found
+        new = [t for t in self._tracks if len(t.frames) == 1 and t.last == index]
+        lost = [t for t in self._tracks if 2 <= index - t.last <= gap + 1 and t.last >= self._scene_start(index)]
+        if not new or not lost:
+            return []
+        olds = np.stack([t.frames[t.last].box for t in lost])
+        nearest = bridge_to(np.stack([t.frames[index].box for t in new]), olds, [index - t.last for t in lost], reach)
+        pairs = [(t, lost[k]) for t, k in zip(new, nearest, strict=True) if k is not None]
+        return [(t.ident, index, t.frames[index].box.copy(), o.last, o.frames[o.last].box.copy()) for t, o in pairs]
 
     def observe_before(self, ident: int, index: int, face: Face) -> bool:
         """Add a detection of track ``ident`` in an earlier frame not decided yet (found by looking back from the
@@ -385,19 +356,7 @@ class FaceTracker:
         return max(self.edge_coast, self.max_gap) if leaving and sure else self.max_gap
 
     def _smoothed(self, track: _Track, index: int, face: Face) -> Face:
-        if self.radius == 0:
-            return face
-        sigma = self.radius / 2.0
-        total = np.zeros((5, 2), np.float64)
-        weights = 0.0
-        for offset in range(-self.radius, self.radius + 1):
-            other = face if offset == 0 else self._at(track, index + offset)
-            if other is None:
-                continue
-            weight = float(np.exp(-(offset**2) / (2 * sigma**2)))
-            total += weight * other.landmarks
-            weights += weight
-        return replace(face, landmarks=np.asarray(total / weights, np.float32))
+        return smoothed(face, index, self.radius, lambda frame: self._at(track, frame))
 
     def _decide(self, index: int) -> TrackedFrame:
         detected = self._detected.pop(index, [])
