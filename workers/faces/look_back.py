@@ -9,7 +9,7 @@ from dataclasses import replace
 import numpy as np
 import numpy.typing as npt
 
-from shared.strict_blur import BRIDGE_GAP, LOOK_BACK, STRICT_REACH
+from shared.strict_blur import BRIDGE_GAP, BRIDGE_REACH, LOOK_BACK
 from workers.faces.detection import Face
 from workers.faces.sweep import DetectionSweep
 from workers.faces.tracking import FaceTracker
@@ -42,7 +42,7 @@ def look_back(tracker: FaceTracker, sweep: DetectionSweep, held: dict[int, np.nd
             if not tracker.observe_before(ident, first - back, replace(nearest, track=ident)):
                 break
             anchor, steps = nearest.box, 1
-    for ident, first, box, last, before in tracker.newly_bridged(STRICT_REACH, BRIDGE_GAP):
+    for ident, first, box, last, before in tracker.newly_bridged(BRIDGE_REACH, BRIDGE_GAP):
         for index in range(last + 1, first):  # where the face was between, had it moved in a line
             frame = held.get(index)
             if frame is None:
