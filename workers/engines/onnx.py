@@ -97,9 +97,10 @@ def describe_options(options: Mapping[str, str]) -> str:
     return ", ".join(f"{key}={value}" for key, value in sorted(options.items())) or "default options"
 
 
-# A session's key: the model file's resolved path, its mtime, the providers with their options, in order, and whether
-# the model's spatial sizes were freed (:meth:`OnnxEngine.any_size`).
-_SessionKey = tuple[str, int, tuple[tuple[str, tuple[tuple[str, str], ...]], ...], bool]
+# A session's key: the model file's resolved path, its mtime, the providers with their options, in order, whether
+# the model's spatial sizes were freed (:meth:`OnnxEngine.any_size`), and its intra-op threads (0: ONNX Runtime's
+# default, one a physical core).
+_SessionKey = tuple[str, int, tuple[tuple[str, tuple[tuple[str, str], ...]], ...], bool, int]
 _SESSIONS: dict[_SessionKey, Any] = {}  # this process's sessions, shared by the engines of one file and providers
 _SESSIONS_LOCK = threading.Lock()
 
@@ -108,7 +109,7 @@ def cached_models() -> list[Path]:
     """The model files this process keeps an ONNX Runtime session of (one entry per provider list), for the next
     engine that loads one to share."""
     with _SESSIONS_LOCK:
-        return [Path(path) for path, _, _, _ in _SESSIONS]
+        return [Path(key[0]) for key in _SESSIONS]
 
 
 def release_sessions() -> None:
@@ -129,7 +130,11 @@ def _session(key: _SessionKey) -> Any:
 
 
 def _new_session(
-    path: str, mtime_ns: int, providers: tuple[tuple[str, tuple[tuple[str, str], ...]], ...], any_size: bool
+    path: str,
+    mtime_ns: int,
+    providers: tuple[tuple[str, tuple[tuple[str, str], ...]], ...],
+    any_size: bool,
+    threads: int,
 ) -> Any:
     import onnxruntime
 
@@ -139,6 +144,7 @@ def _new_session(
     # threads of one process, and spinning threads take the cores the other stages need. A 96-frame d18 job ran
     # 1.4-5 % faster so on ONNX Runtime and 2-4 % on the default engine (docs/performance.md).
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.intra_op_num_threads = threads
     try:
         return onnxruntime.InferenceSession(
             _any_size(path) if any_size else path,
@@ -185,11 +191,12 @@ class OnnxEngine:
         self._any_size: OnnxEngine | None = None
 
     @classmethod
-    def load(cls, path: Path, settings: Settings, *, spatial_size: int | None = None) -> OnnxEngine:
+    def load(cls, path: Path, settings: Settings, *, spatial_size: int | None = None, threads: int = 0) -> OnnxEngine:
         """An engine for the model file at ``path``, on the providers chosen for this worker.
 
         ``spatial_size`` fills dynamic dimensions other than the batch for :meth:`warmup` (a detector's
-        ``[N, 3, ?, ?]``).
+        ``[N, 3, ?, ?]``). ``threads``: the session's intra-op threads (0: ONNX Runtime's default, one a physical
+        core); one for a small model its callers run from several threads at once (a detector's tiles).
 
         Raises:
             ModelError: the file cannot be loaded, or no wanted execution provider is available.
@@ -204,7 +211,7 @@ class OnnxEngine:
         except OSError as error:
             raise ModelError(f"cannot load model {path}: {error}") from error
         keyed = tuple((name, tuple(sorted(provider_options(name, settings).items()))) for name in providers)
-        key: _SessionKey = (str(resolved), mtime_ns, keyed, False)
+        key: _SessionKey = (str(resolved), mtime_ns, keyed, False, threads)
         session = _session(key)
         chosen = dict(keyed)
         active = [
@@ -238,8 +245,8 @@ class OnnxEngine:
         if self._any_size is None:
             if self._key is None:
                 raise ModelError("cannot free the spatial size of a model not loaded from a file")
-            path, mtime_ns, providers, _ = self._key
-            key: _SessionKey = (path, mtime_ns, providers, True)
+            path, mtime_ns, providers, _, threads = self._key
+            key: _SessionKey = (path, mtime_ns, providers, True, threads)
             self._any_size = OnnxEngine(_session(key), spatial_size=self._spatial_size, key=key)
         return self._any_size
 

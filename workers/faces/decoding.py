@@ -112,12 +112,13 @@ def _grid_outputs(
     return arranged
 
 
-def _anchor_centres(size: Size, stride: int, anchors: int) -> FloatArray:
-    """Cell origins ``(x, y)·stride``, row-major with x fastest, each repeated ``anchors`` times."""
-    height, width = _sides(size)
-    ys, xs = np.mgrid[: height // stride, : width // stride]
-    centres = np.stack((xs, ys), axis=-1).reshape(-1, 2).astype(np.float32) * stride
-    return np.repeat(centres, anchors, axis=0)
+def _anchor_centres(size: Size, stride: int, anchors: int, rows: npt.NDArray[np.intp]) -> FloatArray:
+    """The cell origins ``(x, y)·stride`` of output ``rows``, whose cells run row-major with x fastest, each
+    repeated ``anchors`` times: worked out for those rows only, not the whole grid (a 640-px input has 8,400 cells
+    a stride-8 output; a frame's kept rows are a handful)."""
+    columns = _sides(size)[1] // stride
+    cells = rows // anchors
+    return np.stack((cells % columns, cells // columns), axis=-1).astype(np.float32) * stride
 
 
 def _empty() -> Detections:
@@ -148,7 +149,7 @@ def decode_yunet(outputs: Mapping[str, Tensor], size: Size, threshold: float) ->
         keep = np.flatnonzero(score >= threshold)
         if keep.size == 0:
             continue
-        cells = _anchor_centres(size, stride, 1)[keep]
+        cells = _anchor_centres(size, stride, 1, keep)
         bbox = grid[("bbox", stride)][keep]
         centre = bbox[:, :2] * stride + cells
         half = np.exp(bbox[:, 2:4]) * stride / 2
@@ -173,7 +174,7 @@ def decode_scrfd(outputs: Mapping[str, Tensor], size: Size, threshold: float) ->
         keep = np.flatnonzero(score >= threshold)
         if keep.size == 0:
             continue
-        cells = _anchor_centres(size, stride, 2)[keep]
+        cells = _anchor_centres(size, stride, 2, keep)
         distance = grid[("bbox", stride)][keep] * stride
         boxes.append(np.concatenate([cells - distance[:, :2], cells + distance[:, 2:]], axis=1))
         scores.append(score[keep])

@@ -41,6 +41,12 @@ logger = logging.getLogger(__name__)
 FloatArray = npt.NDArray[np.float32]
 Frame = npt.NDArray[np.uint8]
 
+DETECTOR_THREADS = 1
+"""ONNX Runtime's intra-op threads for a detector's session. A detector is small, and its callers run it from
+several threads at once (a frame's tiles two at a time, strict mode's scans two frames at a time), beside the job's
+other stages; a session of its own threads per physical core made them contend. Strict face_blur on a 1080p clip
+(120 frames) took 0.88 of the wall time and 0.83 of the CPU with one (docs/performance.md)."""
+
 
 @dataclass(frozen=True, eq=False)
 class Face:
@@ -202,7 +208,7 @@ class FaceDetector:
         """
         spec = DETECTORS[options.detector]
         size = spec.fixed_size or options.detector_size
-        engine = OnnxEngine.load(resolve(spec.model, settings), settings, spatial_size=size)
+        engine = OnnxEngine.load(resolve(spec.model, settings), settings, spatial_size=size, threads=DETECTOR_THREADS)
         height = engine.input_shape(engine.input_names[0])[2:3]
         if height and isinstance(height[0], int) and height[0] != size:
             # A file exported for one size only (some SCRFD exports): its input is that size, and the detector

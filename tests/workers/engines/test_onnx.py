@@ -13,6 +13,7 @@ import onnxruntime
 import pytest
 
 from shared.errors import ModelError
+from shared.options import FaceOptions
 from shared.settings import Settings
 from tests.support.faces import MODELS, cpu_settings
 from tests.support.replicas import (
@@ -26,6 +27,7 @@ from workers.engines.capability import CpuCapability
 from workers.engines.family import detect_family, family_from_providers
 from workers.engines.loading import load_model, loads, release_models
 from workers.engines.onnx import OnnxEngine, cached_models, choose_providers, describe_options, provider_options
+from workers.faces.detection import DETECTOR_THREADS, FaceDetector
 
 ALL_PROVIDERS = [
     "CPUExecutionProvider",
@@ -157,6 +159,25 @@ def test_a_detector_exported_at_one_size_takes_any_size_once_freed_and_is_releas
     assert cached_models().count(path.resolve()) == 2
     fixed.release()
     assert path.resolve() not in cached_models()
+
+
+@pytest.mark.skipif(not MODELS.exists(), reason="the reference data folder is not beside the checkout")
+def test_a_detector_runs_on_a_session_of_one_thread_of_its_own_its_freed_size_too(tmp_path: Path) -> None:
+    """A detector's callers run it from several threads at once: its session has one intra-op thread (the freed
+    size's too), kept apart from a session of the same file with ONNX Runtime's default threads."""
+    path = tmp_path / "yunet_2023_mar.onnx"  # the registry's file name
+    shutil.copyfile(MODELS / "yunet_2023mar.onnx", path)
+    settings = cpu_settings()
+    detector = FaceDetector.load(FaceOptions(detector="yunet"), settings.model_copy(update={"models_dir": tmp_path}))
+    assert isinstance(detector.engine, OnnxEngine)
+    one, freed = detector.engine, detector.engine.any_size()
+    default = OnnxEngine.load(path, settings)
+    threads = [engine._session.get_session_options().intra_op_num_threads for engine in (one, freed, default)]
+    assert threads == [DETECTOR_THREADS, DETECTOR_THREADS, 0] and DETECTOR_THREADS == 1
+    assert default._session is not one._session
+    assert cached_models().count(path.resolve()) == 3
+    one.release()
+    default.release()
 
 
 def test_released_models_are_loaded_again_on_their_next_use(tmp_path: Path) -> None:
