@@ -31,18 +31,15 @@ import math
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any
 
 import cv2
 import numpy as np
 import numpy.typing as npt
 
 from shared.strict_blur import (
-    AROUND_CELL,
-    AROUND_FACE,
-    AROUND_MOST,
     AROUND_NEW_IOU,
     AROUND_SCORE,
+    DOUBT_FLOOR,
     DOUBTFUL_MOST,
     EDGE_DEPTH,
     EDGE_FACE,
@@ -58,6 +55,7 @@ from shared.strict_blur import (
     ZOOM_UP_TO,
 )
 from workers.faces.association import box_iou
+from workers.faces.close_looks import doubts_to_look_at, look_around, mapped
 from workers.faces.detection import Face, FaceDetector, suppress_faces
 from workers.faces.edges import edge_canvases, edge_faces
 from workers.faces.tiling import TILE_OVERLAP, scan_pool, seen_at
@@ -143,14 +141,17 @@ class DetectionSweep:
 
     def scan(self, frame: Frame, threshold: float, *, number: int = 0, every_pass: bool = False) -> Scan:
         """The passes of :meth:`detect_frame` that need no track (every model run but the close looks), at
-        ``threshold``; safe to run for several frames at once, on other threads (:meth:`scan_soon`)."""
+        ``threshold``, and what they scored from :data:`~shared.strict_blur.DOUBT_FLOOR` up to it (the faces
+        :meth:`finish` looks at closely); safe to run for several frames at once, on other threads
+        (:meth:`scan_soon`)."""
         scale = RELIABLE_FACE / self.min_face
         phase = number % self.period
         due = itertools.repeat(True) if every_pass else (i % self.period == phase for i in itertools.count())
-        found = self.detector.detect_frame(frame, threshold)
-        found += self._tiled(self.detector, frame.shape, _resized(frame), scale, threshold, due)
+        floor = min(threshold, DOUBT_FLOOR)
+        found = self.detector.detect_frame(frame, floor)
+        found += self._tiled(self.detector, frame.shape, _resized(frame), scale, floor, due)
         for angle in self.turns:
-            found += self._turned(frame, angle, scale / TURN_MIN_FACE_FACTOR, threshold, due)
+            found += self._turned(frame, angle, scale / TURN_MIN_FACE_FACTOR, floor, due)
         found += self._edges(frame, threshold, due)
         # a doubtful face taller than a share of the frame is the shrunk whole frame's false alarm (a real face that
         # large scores high, and where it did in another frame its track fills this one)
@@ -165,7 +166,9 @@ class DetectionSweep:
                 more = model.detect_frame(frame, sure)
             tall = SECOND_MIN_FACE * self.min_face
             others.append([face for face in more if float(face.box[3] - face.box[1]) >= tall])
-        return Scan(suppress_faces(found, threshold), others)
+        merged = suppress_faces(found, floor)  # NMS: a face's lower-scored boxes never suppress it
+        sure_faces = [face for face in merged if face.score >= threshold]
+        return Scan(sure_faces, others, [face for face in merged if face.score < threshold])
 
     def scan_soon(self, frame: Frame, threshold: float, *, number: int = 0, every_pass: bool = False) -> Future[Scan]:
         """:meth:`scan` on the sweep's threads (:func:`~workers.faces.tiling.scan_pool`, two frames at a time): a
@@ -176,14 +179,16 @@ class DetectionSweep:
     def finish(
         self, frame: Frame, scan: Scan, threshold: float, around: Sequence[npt.NDArray[np.float32]] = ()
     ) -> list[Face]:
-        """A frame's faces from its :meth:`scan` and the close looks ``around`` the tracks' predicted boxes, merged
-        (highest score first)."""
+        """A frame's faces from its :meth:`scan` and the close looks ``around`` the tracks' predicted boxes and at
+        the scan's doubts no track expects and no pass found better (up to :data:`~shared.strict_blur.DOUBTS_MOST`,
+        the highest scored), merged (highest score first)."""
         found = list(scan.found)
         # the close looks' faces, then the other detectors', add the faces the passes missed; where the job's
         # detector found one, its box stands (two boxes of one face that overlap too little for NMS would widen what is
         # hidden, and another model's box of a face cut by the frame's edge or turned covers less of it)
         close, sure = max(threshold, AROUND_SCORE), max(threshold, SECOND_SCORE)
-        self._add_new(found, self.look_around(frame, around, close), close)
+        doubts = doubts_to_look_at(scan.doubts, [*around, *(face.box for face in scan.found)])
+        self._add_new(found, self.look_around(frame, [*around, *doubts], close), close)
         for more in scan.others:
             self._add_new(found, more, sure)
         return sorted(found, key=lambda face: -face.score)
@@ -262,7 +267,7 @@ class DetectionSweep:
             found = _in_frame(self.detector.detect_frame(picture, threshold), shrink)
         found += self._tiled(self.detector, (out_h, out_w), picture_at, scale, threshold, due)
         back = cv2.invertAffineTransform(matrix)
-        return [_mapped(face, back) for face in found]
+        return [mapped(face, back) for face in found]
 
     def _edges(self, frame: Frame, threshold: float, due: Iterator[bool]) -> list[Face]:
         """The faces cut by the frame's edges, found on its edges mirrored outward (:mod:`workers.faces.edges`), at
@@ -279,55 +284,9 @@ class DetectionSweep:
         return found
 
     def look_around(self, frame: Frame, boxes: Sequence[npt.NDArray[np.float32]], threshold: float) -> list[Face]:
-        """The faces found close around ``boxes``: each box's neighbourhood, enlarged (or shrunk) so its face is
-        :data:`~shared.strict_blur.AROUND_FACE` px and turned 0 and ±:data:`TURN` degrees, is one cell of a mosaic
-        the size of the model's input, so one model run looks at several boxes (a 640-px input holds 16 cells of
-        160 px: five boxes, three turns each)."""
-        if not boxes:
-            return []
-        size = self.detector.size
-        per_row = max(1, size // AROUND_CELL)
-        per_canvas = per_row * per_row
-        cells: list[tuple[npt.NDArray[Any], Frame]] = []
-        for box in boxes[:AROUND_MOST]:
-            side = float(max(box[2] - box[0], box[3] - box[1]))
-            if not np.isfinite(side) or side < 4.0:
-                continue
-            centre = ((box[0] + box[2]) / 2.0, (box[1] + box[3]) / 2.0)
-            zoom = AROUND_FACE / side
-            for angle in (0.0, *self.turns):
-                matrix = cv2.getRotationMatrix2D((float(centre[0]), float(centre[1])), angle, zoom)
-                matrix[0, 2] += AROUND_CELL / 2 - centre[0]
-                matrix[1, 2] += AROUND_CELL / 2 - centre[1]
-                cell = np.asarray(cv2.warpAffine(frame, matrix, (AROUND_CELL, AROUND_CELL)), np.uint8)
-                cells.append((matrix, cell))
-        found: list[Face] = []
-        for first in range(0, len(cells), per_canvas):
-            group = cells[first : first + per_canvas]
-            canvas = np.zeros((size, size, 3), np.uint8)
-            for k, (_, cell) in enumerate(group):
-                y, x = divmod(k, per_row)
-                canvas[y * AROUND_CELL : (y + 1) * AROUND_CELL, x * AROUND_CELL : (x + 1) * AROUND_CELL] = cell
-            detections = self.detector.run_picture(canvas, threshold)
-            for box, points, score in zip(detections.boxes, detections.landmarks, detections.scores, strict=True):
-                centre = (box[:2] + box[2:]) / 2
-                y, x = (int(v) for v in centre[::-1] // AROUND_CELL)
-                k = y * per_row + x
-                origin = np.asarray([x, y], np.float32) * AROUND_CELL
-                inner = np.concatenate([box[:2] - origin, box[2:] - origin])
-                if k >= len(group) or inner.min() < _EDGE or inner.max() > AROUND_CELL - _EDGE:
-                    continue  # outside the cells, or cut by a cell's edge: not a whole face of this cell
-                matrix = group[k][0]
-                face = Face(
-                    box=inner.astype(np.float32),
-                    landmarks=(points - origin).astype(np.float32),
-                    score=float(score),
-                )
-                found.append(_mapped(face, cv2.invertAffineTransform(matrix)))
-        return found
-
-
-_EDGE = 2.0  # px: a box this close to a mosaic cell's edge is cut by it
+        """The faces found close around ``boxes`` (:func:`~workers.faces.close_looks.look_around`), upright and
+        turned by this sweep's turns."""
+        return look_around(self.detector, self.turns, frame, boxes, threshold)
 
 
 @dataclass(frozen=True)
@@ -337,6 +296,7 @@ class Scan:
 
     found: list[Face]
     others: list[list[Face]]
+    doubts: list[Face]  # the job's detector's faces below the scan's threshold, from DOUBT_FLOOR, merged
 
 
 def _take(due: Iterator[bool], runs: int) -> list[bool]:
@@ -375,14 +335,3 @@ def _in_frame(faces: list[Face], times: float) -> list[Face]:
 def _tiles_needed(model: FaceDetector, shape: tuple[int, ...], scale: float) -> bool:
     """Whether a ``shape`` frame must be tiled to be seen at ``scale``: the whole-frame pass sees it coarser."""
     return scale > min(model.view / max(shape[:2]), 1.0) + 1e-6
-
-
-def _mapped(face: Face, back: npt.NDArray[Any]) -> Face:
-    """A face found in a warped picture, in the frame: its landmarks mapped back exactly, and an upright box of the
-    same shape (scaled as the warp scaled it) around its centre mapped back."""
-    centre = (face.box[:2] + face.box[2:]) / 2
-    size = (face.box[2:] - face.box[:2]) * float(np.sqrt(abs(np.linalg.det(back[:, :2]))))
-    centre_back = back[:, :2] @ centre + back[:, 2]
-    points = face.landmarks @ back[:, :2].T + back[:, 2]
-    box = np.concatenate([centre_back - size / 2, centre_back + size / 2]).astype(np.float32)
-    return Face(box=box, landmarks=points.astype(np.float32), score=face.score)
