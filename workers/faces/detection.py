@@ -44,8 +44,9 @@ Frame = npt.NDArray[np.uint8]
 DETECTOR_THREADS = 1
 """ONNX Runtime's intra-op threads for a detector's session. A detector is small, and its callers run it from
 several threads at once (a frame's tiles two at a time, strict mode's scans two frames at a time), beside the job's
-other stages; a session of its own threads per physical core made them contend. Strict face_blur on a 1080p clip
-(120 frames) took 0.88 of the wall time and 0.83 of the CPU with one (docs/performance.md)."""
+other stages; a session of its own threads per physical core made them contend. Two callers at once spent 7.6–9.4
+CPU-ms a 640-px YuNet run with one against 8.1–10.5 with the default; whole strict face_blur jobs of a 1080p clip,
+0.83–0.97 of the CPU (docs/performance.md)."""
 
 
 @dataclass(frozen=True, eq=False)
