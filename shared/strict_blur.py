@@ -49,6 +49,10 @@ __all__ = [
     "AROUND_MOST",
     "AROUND_NEW_IOU",
     "AROUND_SCORE",
+    "CONFIRM_BELOW",
+    "CONFIRM_FROM",
+    "CONFIRM_IOU",
+    "CONFIRM_MOST",
     "BRIDGE_GAP",
     "BRIDGE_REACH",
     "COAST_BASE",
@@ -171,6 +175,23 @@ scored 0.10 in the passes and 0.70 enlarged, and showed three frames in a row.""
 
 DOUBTS_MOST = 4
 """The most such faces (the highest scored) looked at closely in one frame, after the tracks' boxes."""
+
+CONFIRM_BELOW = 0.5
+"""A face the passes found under this score, at least :data:`CONFIRM_FROM` times ``face.blur_min_face`` tall and where
+no track expects one, is kept only where a close look (the face shrunk to :data:`AROUND_FACE` px, upright and turned)
+finds it again: on a 1080p background plate a dark architectural pattern scored 0.16–0.44 as a 180–220-px face in
+most frames (3.08 % of the background blurred) and nothing looked at closely, where real faces of 113–116 px the passes
+scored 0.24–0.38 scored 0.84–0.85 so."""
+
+CONFIRM_FROM = 4.0
+"""Times ``face.blur_min_face``: the least height of a face :data:`CONFIRM_BELOW` asks to be confirmed (96 px at the
+default 24): smaller faces, turned, dark or covered, score low too often to be held to a second look."""
+
+CONFIRM_MOST = 5
+"""The most faces confirmed so in one frame (one model run: five boxes, three turns each); the rest are kept."""
+
+CONFIRM_IOU = 0.3
+"""The least IoU of the close look's face with the face it confirms."""
 
 SCAN_PERIOD = 2
 """The default ``face.blur_scan_period``: the frames the extra passes (tiles, turned frames, edges) are shared out

@@ -11,11 +11,11 @@ import cv2
 import numpy as np
 import numpy.typing as npt
 
-from shared.strict_blur import AROUND_CELL, AROUND_FACE, AROUND_MOST, DOUBTS_MOST
+from shared.strict_blur import AROUND_CELL, AROUND_FACE, AROUND_MOST, CONFIRM_IOU, DOUBTS_MOST
 from workers.faces.association import box_iou
 from workers.faces.detection import Face, FaceDetector
 
-__all__ = ["doubts_to_look_at", "look_around", "mapped"]
+__all__ = ["confirmed", "doubts_to_look_at", "look_around", "mapped"]
 
 Frame = npt.NDArray[np.uint8]
 
@@ -91,6 +91,15 @@ def doubts_to_look_at(
         if not len(held) or float(box_iou(face.box[None], held).max()) <= 0.0:
             boxes.append(face.box)
     return boxes
+
+
+def confirmed(faces: Sequence[Face], looks: Sequence[Face]) -> list[bool]:
+    """For each of ``faces``, whether one of the close looks' faces ``looks`` overlaps it by
+    :data:`~shared.strict_blur.CONFIRM_IOU` or more."""
+    if not looks:
+        return [False] * len(faces)
+    seen = np.stack([look.box for look in looks]).astype(np.float32)
+    return [float(box_iou(face.box[None], seen).max()) >= CONFIRM_IOU for face in faces]
 
 
 def mapped(face: Face, back: npt.NDArray[Any]) -> Face:

@@ -39,6 +39,9 @@ import numpy.typing as npt
 from shared.strict_blur import (
     AROUND_NEW_IOU,
     AROUND_SCORE,
+    CONFIRM_BELOW,
+    CONFIRM_FROM,
+    CONFIRM_MOST,
     DOUBT_FLOOR,
     DOUBTFUL_MOST,
     EDGE_DEPTH,
@@ -55,7 +58,7 @@ from shared.strict_blur import (
     ZOOM_UP_TO,
 )
 from workers.faces.association import box_iou
-from workers.faces.close_looks import doubts_to_look_at, look_around, mapped
+from workers.faces.close_looks import confirmed, doubts_to_look_at, look_around, mapped
 from workers.faces.detection import Face, FaceDetector, suppress_faces
 from workers.faces.edges import edge_canvases, edge_faces
 from workers.faces.tiling import TILE_OVERLAP, scan_pool, seen_at
@@ -187,11 +190,33 @@ class DetectionSweep:
         # detector found one, its box stands (two boxes of one face that overlap too little for NMS would widen what is
         # hidden, and another model's box of a face cut by the frame's edge or turned covers less of it)
         close, sure = max(threshold, AROUND_SCORE), max(threshold, SECOND_SCORE)
-        doubts = doubts_to_look_at(scan.doubts, [*around, *(face.box for face in scan.found)])
+        found = self._confirmed(frame, found, around, close)
+        doubts = doubts_to_look_at(scan.doubts, [*around, *(face.box for face in found)])
         self._add_new(found, self.look_around(frame, [*around, *doubts], close), close)
         for more in scan.others:
             self._add_new(found, more, sure)
         return sorted(found, key=lambda face: -face.score)
+
+    def _confirmed(
+        self, frame: Frame, found: list[Face], around: Sequence[npt.NDArray[np.float32]], threshold: float
+    ) -> list[Face]:
+        """``found`` without its large faces scored under :data:`~shared.strict_blur.CONFIRM_BELOW`, where no track
+        expects one, that a close look at ``threshold`` does not find again (the first
+        :data:`~shared.strict_blur.CONFIRM_MOST` of them, highest scored first; the rest are kept)."""
+        expected = np.stack(around).astype(np.float32) if len(around) else np.zeros((0, 4), np.float32)
+        tall = CONFIRM_FROM * self.min_face
+        unsure = [
+            face
+            for face in found
+            if face.score < CONFIRM_BELOW
+            and float(face.box[3] - face.box[1]) >= tall
+            and not (len(expected) and float(box_iou(face.box[None], expected).max()) > 0.0)
+        ][:CONFIRM_MOST]
+        if not unsure:
+            return found
+        looks = self.look_around(frame, [face.box for face in unsure], threshold)
+        dropped = {id(face) for face, kept in zip(unsure, confirmed(unsure, looks), strict=True) if not kept}
+        return [face for face in found if id(face) not in dropped]
 
     @staticmethod
     def _add_new(found: list[Face], more: list[Face], threshold: float) -> None:

@@ -1,12 +1,12 @@
-"""Which of a scan's doubts strict mode looks at closely: those no track expects and no face found covers, the
-highest scored first, a few a frame."""
+"""Strict mode's close looks: which of a scan's doubts it looks at (those no track expects and no face found covers,
+the highest scored first, a few a frame), and what confirms a face it holds to a second look."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from shared.strict_blur import DOUBTS_MOST
-from workers.faces.close_looks import doubts_to_look_at
+from workers.faces.close_looks import confirmed, doubts_to_look_at
 from workers.faces.detection import Face
 
 
@@ -28,3 +28,10 @@ def test_only_the_highest_scored_doubts_are_looked_at_when_a_frame_has_many() ->
     boxes = doubts_to_look_at(doubts, [])
     assert len(boxes) == DOUBTS_MOST
     assert [float(box[0]) for box in boxes] == [100.0 * i for i in range(DOUBTS_MOST + 2, 2, -1)]
+
+
+def test_a_face_is_confirmed_only_by_a_close_look_that_finds_it_where_it_is() -> None:
+    faces = [_face(0.0, 0.3, side=120.0), _face(400.0, 0.2, side=120.0)]
+    looks = [_face(10.0, 0.8, side=110.0), _face(700.0, 0.9, side=110.0)]  # over the first; elsewhere
+    assert confirmed(faces, looks) == [True, False]
+    assert confirmed(faces, []) == [False, False]

@@ -90,10 +90,11 @@ def test_a_doubtful_face_taller_than_half_the_frame_is_dropped(monkeypatch: pyte
     # finds a false face 1028 px tall at 0.27; carried on by its track it blurred up to 85 % of a frame
     frame, truths = next(itertools.islice(generate(ClipSpec(width=1920, height=1080, frames=40, seed=15)), 11, None))
     tallest = DOUBTFUL_MOST * frame.shape[0]
+    monkeypatch.setattr(sweep, "CONFIRM_BELOW", 0.0)  # the height rule alone (a close look would drop it too)
     monkeypatch.setattr(sweep, "DOUBTFUL_MOST", 10.0)  # no limit: the clip still shows the false face
     unlimited = DetectionSweep(detector("yunet")).detect_frame(frame, STRICT_LOW, every_pass=True)
     assert [f for f in unlimited if float(f.box[3] - f.box[1]) > tallest and f.score < STRICT_HIGH]
-    monkeypatch.undo()
+    monkeypatch.setattr(sweep, "DOUBTFUL_MOST", DOUBTFUL_MOST)
     found = DetectionSweep(detector("yunet")).detect_frame(frame, STRICT_LOW, every_pass=True)
     assert not [f for f in found if float(f.box[3] - f.box[1]) > tallest]
     # and the faces found with no limit are still found
