@@ -15,7 +15,7 @@ from shared.strict_blur import AROUND_CELL, AROUND_FACE, AROUND_MOST, CONFIRM_IO
 from workers.faces.association import box_iou
 from workers.faces.detection import Face, FaceDetector
 
-__all__ = ["confirmed", "doubts_to_look_at", "look_around", "mapped"]
+__all__ = ["confirmed", "doubts_to_look_at", "look_around", "mapped", "overlaps"]
 
 Frame = npt.NDArray[np.uint8]
 
@@ -83,14 +83,18 @@ def doubts_to_look_at(
     """The boxes of ``doubts`` (a scan's faces scored under the track score) that overlap none of the boxes ``taken``
     (the tracks' expected boxes, the faces found), the highest scored first, at most
     :data:`~shared.strict_blur.DOUBTS_MOST`: each is looked at closely like a track's box."""
-    held = np.stack(taken).astype(np.float32) if len(taken) else np.zeros((0, 4), np.float32)
     boxes: list[npt.NDArray[np.float32]] = []
     for face in sorted(doubts, key=lambda doubt: -doubt.score):
         if len(boxes) == DOUBTS_MOST:
             break
-        if not len(held) or float(box_iou(face.box[None], held).max()) <= 0.0:
+        if not overlaps(face.box, taken):
             boxes.append(face.box)
     return boxes
+
+
+def overlaps(box: npt.NDArray[np.float32], boxes: Sequence[npt.NDArray[np.float32]]) -> bool:
+    """Whether ``box`` overlaps any of ``boxes`` at all."""
+    return bool(len(boxes)) and float(box_iou(box[None], np.stack(boxes).astype(np.float32)).max()) > 0.0
 
 
 def confirmed(faces: Sequence[Face], looks: Sequence[Face]) -> list[bool]:

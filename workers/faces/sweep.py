@@ -58,7 +58,7 @@ from shared.strict_blur import (
     ZOOM_UP_TO,
 )
 from workers.faces.association import box_iou
-from workers.faces.close_looks import confirmed, doubts_to_look_at, look_around, mapped
+from workers.faces.close_looks import confirmed, doubts_to_look_at, look_around, mapped, overlaps
 from workers.faces.detection import Face, FaceDetector, suppress_faces
 from workers.faces.edges import edge_canvases, edge_faces
 from workers.faces.tiling import TILE_OVERLAP, scan_pool, seen_at
@@ -203,14 +203,13 @@ class DetectionSweep:
         """``found`` without its large faces scored under :data:`~shared.strict_blur.CONFIRM_BELOW`, where no track
         expects one, that a close look at ``threshold`` does not find again (the first
         :data:`~shared.strict_blur.CONFIRM_MOST` of them, highest scored first; the rest are kept)."""
-        expected = np.stack(around).astype(np.float32) if len(around) else np.zeros((0, 4), np.float32)
         tall = CONFIRM_FROM * self.min_face
         unsure = [
             face
             for face in found
             if face.score < CONFIRM_BELOW
             and float(face.box[3] - face.box[1]) >= tall
-            and not (len(expected) and float(box_iou(face.box[None], expected).max()) > 0.0)
+            and not overlaps(face.box, around)
         ][:CONFIRM_MOST]
         if not unsure:
             return found
