@@ -232,12 +232,6 @@ class Settings(BaseSettings):
     torch_compile_cache_dir: Path = Field(
         Path("~/.cache/swapfarm/torch-compile"), description="Persistent compile cache (TORCHINDUCTOR_CACHE_DIR)"
     )
-    torch_kernel_cache_dir: Path | None = Field(
-        None,
-        description="Inductor's own cache (compiled graphs and kernels) where it is not the compile cache: workers of "
-        "one host may share one (Inductor writes its entries whole), each graph then compiled once among them; the "
-        "engine trials, memory notes and int8 graphs stay in torch_compile_cache_dir",
-    )
     torch_max_batch: int | None = Field(
         None, ge=1, le=1024, description="Largest batch bucket of the torch engine; default 64 on GPUs, else batch_size"
     )

@@ -52,12 +52,6 @@ os.environ.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "1")
 pytest_plugins = ["tests.support.cpu_profile"]
 
 _COMPILE_CACHE = pytest.StashKey[str]()
-# Inductor's own cache (compiled graphs, C++ kernels) is one folder for the whole run, every pytest process and
-# every worker it starts (``torch_kernel_cache_dir``): a graph that several modules compile (the replicas at the
-# same widths and batch sizes) is compiled once. Engine trials, memory notes and int8 graphs stay in each
-# process's or module's compile cache, so no test sees another's notes.
-_KERNEL_CACHE = pytest.StashKey[str]()
-_KERNEL_CACHE_VARIABLE = "SWAPFARM_TORCH_KERNEL_CACHE_DIR"
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -68,17 +62,12 @@ def pytest_configure(config: pytest.Config) -> None:
     folder = tempfile.mkdtemp(prefix="swapfarm-test-compile-")
     config.stash[_COMPILE_CACHE] = folder
     os.environ["SWAPFARM_TORCH_COMPILE_CACHE_DIR"] = folder
-    if XDIST_WORKER is None and not os.environ.get(_KERNEL_CACHE_VARIABLE):
-        kernels = tempfile.mkdtemp(prefix="swapfarm-test-kernels-")
-        config.stash[_KERNEL_CACHE] = kernels
-        os.environ[_KERNEL_CACHE_VARIABLE] = kernels  # inherited by the xdist processes, started after this
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    for key in (_COMPILE_CACHE, _KERNEL_CACHE):
-        folder = config.stash.get(key, None)
-        if folder is not None:
-            shutil.rmtree(folder, ignore_errors=True)
+    folder = config.stash.get(_COMPILE_CACHE, None)
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -231,19 +231,14 @@ def _cuda_usable() -> bool:
 
 
 def _cache_section(report: Report, settings: Settings) -> None:
-    _cache_folder(report, "compile cache", settings.torch_compile_cache_dir.expanduser())
-    if settings.torch_kernel_cache_dir is not None:
-        _cache_folder(report, "kernel cache", settings.torch_kernel_cache_dir.expanduser())
-
-
-def _cache_folder(report: Report, label: str, folder: Path) -> None:
+    folder = settings.torch_compile_cache_dir.expanduser()
     if not folder.exists():
-        report.add(label, str(folder), "empty (not created yet): the first warm-up compiles from scratch")
+        report.add("compile cache", str(folder), "empty (not created yet): the first warm-up compiles from scratch")
         return
     files = [path for path in folder.rglob("*") if path.is_file()]
-    report.add(label, str(folder), f"{len(files)} files, {_bytes(sum(p.stat().st_size for p in files))}")
+    report.add("compile cache", str(folder), f"{len(files)} files, {_bytes(sum(p.stat().st_size for p in files))}")
     if not _writable(folder):
-        report.warnings.append(f"{label} {folder} is not writable: every worker start compiles again")
+        report.warnings.append(f"compile cache {folder} is not writable: every worker start compiles again")
 
 
 def _writable(folder: Path) -> bool:

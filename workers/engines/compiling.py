@@ -128,16 +128,13 @@ def _device_of(module: torch.nn.Module) -> torch.device:
     return tensor.device if tensor is not None else torch.device("cpu")
 
 
-def use_compile_cache(folder: Path, kernels: Path | None = None) -> Path:
-    """Make torch keep its compiled artefacts (Inductor's FX graph and autotuning caches, C++ and Triton kernels) in
-    ``kernels``, or in ``folder`` where that is not given; returns ``folder`` resolved, where this project keeps
-    its own notes beside them. Must run before the first compile of the process; the environment variable is what
-    Inductor reads each time it needs its cache folder."""
+def use_compile_cache(folder: Path) -> Path:
+    """Make torch keep its compiled artefacts (Inductor's FX graph and autotuning caches, Triton kernels) in
+    ``folder``. Must run before the first compile of the process; the environment variable is what Inductor
+    reads each time it needs its cache folder."""
     resolved = folder.expanduser().resolve()
     resolved.mkdir(parents=True, exist_ok=True)
-    inductor = kernels.expanduser().resolve() if kernels is not None else resolved
-    inductor.mkdir(parents=True, exist_ok=True)
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(inductor)
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(resolved)
     return resolved
 
 

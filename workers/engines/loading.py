@@ -240,8 +240,7 @@ def _load_on_trial(
 @dataclass(frozen=True)
 class TorchRecipe:
     """How this worker builds a model on the torch engine: its family, the precision, the compile mode, the largest
-    batch bucket, the share of free memory a batch may use, the RAM budget, the compile cache folder and Inductor's
-    own where it is another."""
+    batch bucket, the share of free memory a batch may use, the RAM budget and the compile cache folder."""
 
     family: AcceleratorFamily
     precision: Precision
@@ -250,7 +249,6 @@ class TorchRecipe:
     safety: float
     ram_budget_bytes: int | None
     cache_dir: str
-    kernel_cache_dir: str | None = None
 
     @classmethod
     def of(cls, settings: Settings, family: AcceleratorFamily, precision: Precision) -> TorchRecipe:
@@ -262,7 +260,6 @@ class TorchRecipe:
             settings.memory_safety_fraction,
             settings.ram_budget_bytes,
             str(settings.torch_compile_cache_dir),
-            str(settings.torch_kernel_cache_dir) if settings.torch_kernel_cache_dir else None,
         )
 
 
@@ -299,7 +296,6 @@ def _build_torch(path: str, name: str, recipe: TorchRecipe) -> tuple[TorchEngine
             memory=memory,
             safety=recipe.safety,
             cache_dir=Path(recipe.cache_dir),
-            kernel_cache_dir=Path(recipe.kernel_cache_dir) if recipe.kernel_cache_dir else None,
         )
     except ModelError as error:
         logger.warning("model %s: the torch engine cannot run it; using ONNX Runtime (slower): %s", name, error)

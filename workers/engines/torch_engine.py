@@ -132,16 +132,14 @@ class TorchEngine(Int8Steps):
         memory: DeviceMemory | None,
         safety: float,
         cache_dir: Path,
-        kernel_cache_dir: Path | None = None,
         spatial_size: int | None = None,
     ) -> TorchEngine:
         """Convert and compile the model file at ``path`` (compiling itself happens per bucket, on first use).
-        ``kernel_cache_dir``: Inductor's own cache where it is not ``cache_dir`` (``torch_kernel_cache_dir``).
 
         Raises:
             ModelError: the file cannot be read or uses an operator the converter does not support.
         """
-        folder = use_compile_cache(cache_dir, kernel_cache_dir)
+        folder = use_compile_cache(cache_dir)
         started = time.perf_counter()
         module = convert(path, **conversion(precision))
         int8 = None

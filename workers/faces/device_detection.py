@@ -306,7 +306,7 @@ def device_detector(
     (to ``report``, default :func:`workers.degradations.report`: now, and after the batch where it fails)."""
     mode = detection_mode(settings, device, family)
     if mode != "eager":
-        use_compile_cache(settings.torch_compile_cache_dir, settings.torch_kernel_cache_dir)  # before the first compile
+        use_compile_cache(settings.torch_compile_cache_dir)  # before the first compile of the process
     path = resolve(host.spec.model, settings)
     found = on_device(host, path, device, mode=mode, max_batch=settings.batch_size, report=report)
     if isinstance(found, str):

@@ -23,7 +23,7 @@ import pytest
 import torch
 from onnx import TensorProto, helper, numpy_helper
 
-from shared.settings import CompileMode, Settings
+from shared.settings import CompileMode
 from tests.support import replicas
 from tests.support.faces import clip_frames, detector, psnr
 from tests.support.replicas import install_replica, realistic_emap, replica_settings
@@ -47,12 +47,10 @@ RNG = np.random.default_rng(0)
 
 @pytest.fixture(scope="module", autouse=True)
 def compile_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """One compile cache for this module's tests (never the user's), with Inductor's own in the suite's kernel
-    cache where it has one (tests/conftest.py); the variable is restored afterwards."""
+    """One Inductor cache for this module's tests (never the user's), restored afterwards."""
     folder = tmp_path_factory.mktemp("torch-compile")
-    kernels = Settings().torch_kernel_cache_dir or folder
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("TORCHINDUCTOR_CACHE_DIR", str(kernels))
+        patch.setenv("TORCHINDUCTOR_CACHE_DIR", str(folder))
         yield folder
 
 
@@ -273,26 +271,6 @@ def test_the_compile_cache_setting_is_where_compiled_graphs_go(tmp_path: Path, m
     assert any(p.is_file() for p in (cache / "fxgraph").rglob("*")), sorted(p.name for p in cache.iterdir())
 
 
-@pytest.mark.slow
-def test_a_kernel_cache_setting_takes_inductors_own_cache_out_of_the_compile_cache(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Workers of one host share compiled kernels (``torch_kernel_cache_dir``); each keeps its notes in its own."""
-    path = tmp_path / "tiny.onnx"
-    onnx.save(_tiny(channels=6), str(path))  # a graph no other test compiles: it is compiled here, not reused
-    cache, kernels = tmp_path / "compile-cache", tmp_path / "kernels"
-    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "elsewhere"))  # restored after the test
-    engine = TorchEngine.load(
-        path, device="cpu", precision="fp32", mode="default", max_batch=1, memory=None, safety=0.8, cache_dir=cache,
-        kernel_cache_dir=kernels,
-    )  # fmt: skip
-    engine.warmup()
-    assert engine.stats.compiles == 1
-    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(kernels.resolve())
-    assert any(p.is_file() for p in (kernels / "fxgraph").rglob("*")), sorted(p.name for p in kernels.iterdir())
-    assert cache.is_dir() and not (cache / "fxgraph").exists()
-
-
 AMX = CpuCapability(isa="AVX512", amx=True, avx512_bf16=True)
 AVX512_BF16 = CpuCapability(isa="AVX512", avx512_bf16=True)
 AVX2 = CpuCapability(isa="AVX2")
@@ -332,7 +310,7 @@ def test_auto_picks_compiled_torch_on_gpus_and_overrides_win(tmp_path: Path) -> 
 
 
 @pytest.mark.slow
-def test_an_enhancer_set_to_torch_loads_warm_and_restores_like_onnxruntime(tmp_path: Path, compile_cache: Path) -> None:
+def test_an_enhancer_set_to_torch_loads_warm_and_restores_like_onnxruntime(tmp_path: Path) -> None:
     models = tmp_path / "models"
     path = install_replica(replicas.gfpgan_1_4(), "gfpgan_1.4", models)
     settings = replica_settings(
@@ -341,7 +319,7 @@ def test_an_enhancer_set_to_torch_loads_warm_and_restores_like_onnxruntime(tmp_p
         torch_precision="fp32",
         torch_compile_mode="default",  # the graph the parity test compiled: a cache hit
         torch_max_batch=1,
-        torch_compile_cache_dir=compile_cache,
+        torch_compile_cache_dir=Path(os.environ["TORCHINDUCTOR_CACHE_DIR"]),
     )
     loaded = load_model(path, settings, name="gfpgan_1.4", batch_input="input")
     assert isinstance(loaded.engine, TorchEngine)
@@ -395,9 +373,7 @@ def test_bf16_swapped_crops_of_real_faces_stay_within_35_db_of_fp32(tmp_path: Pa
     assert min(values) >= BF16_MIN_PSNR, values
 
 
-def test_warm_models_are_loaded_and_compiled_on_a_thread_as_a_worker_process_starts(
-    tmp_path: Path, compile_cache: Path
-) -> None:
+def test_warm_models_are_loaded_and_compiled_on_a_thread_as_a_worker_process_starts(tmp_path: Path) -> None:
     models = tmp_path / "models"
     path = install_replica(replicas.gfpgan_1_4(), "gfpgan_1.4", models)
     settings = replica_settings(
@@ -407,7 +383,7 @@ def test_warm_models_are_loaded_and_compiled_on_a_thread_as_a_worker_process_sta
         torch_compile_mode="default",
         torch_max_batch=1,
         warm_models=["gfpgan_1.4"],
-        torch_compile_cache_dir=compile_cache,
+        torch_compile_cache_dir=Path(os.environ["TORCHINDUCTOR_CACHE_DIR"]),
     )
     warm_in_background(settings).join(timeout=240)
     loaded = load_model(path, settings, name="gfpgan_1.4", batch_input="input")  # the warmed one, from the cache
